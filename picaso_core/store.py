@@ -1,0 +1,414 @@
+"""StateStore: the database of states (paper sec. 3.2), on disk, keyed by context id.
+
+Each context is encoded once by the model into its `ContextState`; at query time the retrieved
+states are read back and composed, so no context token is processed online.
+
+Layout of a store folder:
+    store.json                 format, the model's fingerprint and config, the shards (file,
+                               sha256, size, ids) and every context (id, text, token count, shard)
+    shard-00000.safetensors    the states of up to `shard_size` contexts, tensors named
+                               "<id>/ssm", "<id>/conv", "<id>/log_decay" (ContextState.to_tensors)
+    embeddings/                the retriever's sentence embeddings (picaso_core.retrieval)
+
+Shards are written once and never modified (`add` writes new shards, `repair` replaces a bad one
+whole), each through a temporary file and a rename, so an interrupted write leaves the previous
+store intact. Reads are lazy: safetensors memory-maps a shard and copies out only the tensors
+asked for; an LRU cache bounded in bytes keeps recently used states. A shard's sha256 is checked
+the first time it is read (and by `check()`); a truncated or corrupt shard raises
+`CorruptShardError` naming the file, and the other shards stay usable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from picaso_core.state import ContextState
+
+FORMAT = "picaso-state-store/1"
+META_FILE = "store.json"
+SHARD_BYTES = 256 * 2**20  # default shard size target; one state of mamba2-130m is ~19 MiB
+CACHE_BYTES = 512 * 2**20  # default bound of the in-memory LRU cache
+
+Progress = Callable[[int, int], None]  # progress(done, total), as model.encode_contexts takes it
+
+
+class StoreError(ValueError):
+    """A store that cannot be used as asked; the message names the fix."""
+
+
+class CorruptShardError(StoreError):
+    """A shard whose bytes do not match the checksum written when it was built."""
+
+    def __init__(self, shard: str, reason: str, folder: Path):
+        self.shard = shard
+        super().__init__(
+            f"state store {folder}: shard {shard} is corrupt ({reason}). The other shards are "
+            "still usable; re-encode this shard's contexts from their stored text with "
+            "`StateStore.open(folder, model).repair()`, or rebuild the store."
+        )
+
+
+@dataclass
+class _Shard:
+    file: str
+    sha256: str
+    nbytes: int
+    ids: list[str]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _tqdm_progress(desc: str) -> Progress:
+    """A progress(done, total) callback drawing a tqdm bar on stderr."""
+    from tqdm.auto import tqdm
+
+    bar = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc=desc, unit="ctx")
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return update
+
+
+def _model_name(model) -> str:
+    return str(getattr(model, "name_or_path", None) or "an unnamed model")
+
+
+def _describe_config(cfg: dict) -> str:
+    s = cfg.get("ssm_cfg", {})
+    return f"{s.get('layer', '?')} d_model={cfg.get('d_model')} n_layer={cfg.get('n_layer')}"
+
+
+class StateStore:
+    """The database of states of one model. Build with `build`, reopen with `open`.
+
+    States returned by `get` / `get_many` are shared with the cache: treat them as read-only values
+    (composition functions are pure, so nothing in picaso_core writes into them).
+    """
+
+    def __init__(self, folder: Path, model, meta: dict, cache_bytes: int, verify: bool):
+        self.folder = folder
+        self.model = model
+        self.fingerprint: str = meta["model"]["fingerprint"]
+        self._meta = meta
+        self._shards = [_Shard(**s) for s in meta["shards"]]
+        self._contexts: dict[str, dict] = {c["id"]: c for c in meta["contexts"]}
+        self._cache: OrderedDict[str, ContextState] = OrderedDict()
+        self._cache_nbytes = 0
+        self.cache_bytes = int(cache_bytes)
+        self._verify = verify
+        self._verified: set[int] = set()
+        self._bad: dict[int, str] = {}  # shard index -> reason, found by size check or sha256
+        self._lock = threading.RLock()  # the app serves several users from one store
+        for i, sh in enumerate(self._shards):
+            self._check_size(i, sh)
+
+    # ---- construction ----------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        model,
+        contexts: Iterable[tuple[str, str]],
+        folder: str | Path,
+        *,
+        shard_size: int | None = None,
+        batch_size: int = 16,
+        progress: Progress | bool = True,
+        overwrite: bool = False,
+        cache_bytes: int = CACHE_BYTES,
+    ) -> "StateStore":
+        """Encode every (id, text) context with `model` and save the states to `folder`.
+
+        Args:
+            contexts: (context id, text) pairs; ids are strings, unique.
+            shard_size: contexts per shard; default: as many as fit in SHARD_BYTES.
+            batch_size: contexts per batched forward (model.encode_contexts).
+            progress: a progress(done, total) callback, True for a tqdm bar, False for none.
+            overwrite: replace an existing store in `folder` (otherwise refused).
+        """
+        folder = Path(folder)
+        if (folder / META_FILE).exists() and not overwrite:
+            raise StoreError(
+                f"{folder} already holds a state store; open it with StateStore.open(folder, model), "
+                "add contexts with store.add(...), or pass overwrite=True to rebuild it"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("shard-*.safetensors"):
+            old.unlink()
+        for old in (folder / "embeddings").glob("*"):
+            old.unlink()
+        meta = {
+            "format": FORMAT,
+            "model": {
+                "fingerprint": model.fingerprint(),
+                "name": _model_name(model),
+                "config": model.config.to_dict(),
+            },
+            "state_shapes": {k: list(v) for k, v in model.config.state_shapes().items()},
+            "shards": [],
+            "contexts": [],
+        }
+        store = cls(folder, model, meta, cache_bytes=cache_bytes, verify=True)
+        store.add(contexts, shard_size=shard_size, batch_size=batch_size, progress=progress)
+        return store
+
+    @classmethod
+    def open(cls, folder: str | Path, model, *, cache_bytes: int = CACHE_BYTES, verify: bool = True) -> "StateStore":
+        """Open the store in `folder` for `model`; refuses states built by any other model.
+
+        Nothing but store.json is read here; states load lazily. With verify=True each shard's
+        sha256 is checked the first time it is read.
+        """
+        folder = Path(folder)
+        path = folder / META_FILE
+        if not path.exists():
+            raise StoreError(
+                f"no state store in {folder} ({META_FILE} missing); build one with "
+                "StateStore.build(model, contexts, folder)"
+            )
+        try:
+            meta = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise StoreError(f"{path} is not valid JSON ({e}); rebuild the store with StateStore.build(..., overwrite=True)") from e
+        if meta.get("format") != FORMAT:
+            raise StoreError(f"{path} has format {meta.get('format')!r}, expected {FORMAT!r}; rebuild the store")
+        fp = model.fingerprint()
+        built = meta["model"]
+        if built["fingerprint"] != fp:
+            raise StoreError(
+                f"the states in {folder} were built by {built['name']} "
+                f"({_describe_config(built['config'])}, fingerprint {built['fingerprint'][:12]}), not by the "
+                f"model given ({_model_name(model)}, {_describe_config(model.config.to_dict())}, fingerprint "
+                f"{fp[:12]}); states of another model cannot be composed with it. Rebuild with "
+                f"StateStore.build(model, contexts, '{folder}', overwrite=True), or use another folder."
+            )
+        return cls(folder, model, meta, cache_bytes=cache_bytes, verify=verify)
+
+    # ---- reading ---------------------------------------------------------------------------
+    @property
+    def ids(self) -> list[str]:
+        """Context ids in the order they were added."""
+        return list(self._contexts)
+
+    def __len__(self) -> int:
+        return len(self._contexts)
+
+    def __contains__(self, cid: str) -> bool:
+        return cid in self._contexts
+
+    def text(self, cid: str) -> str:
+        return self._entry(cid)["text"]
+
+    def num_tokens(self, cid: str) -> int:
+        return self._entry(cid)["num_tokens"]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all shards on disk."""
+        return sum(s.nbytes for s in self._shards)
+
+    def get(self, cid: str) -> ContextState:
+        return self.get_many([cid])[0]
+
+    def get_many(self, ids: Sequence[str]) -> list[ContextState]:
+        """States of `ids`, in that order; each shard touched is opened once."""
+        from safetensors import safe_open
+
+        with self._lock:
+            missing: dict[int, list[str]] = {}
+            for cid in ids:
+                if cid not in self._cache:
+                    missing.setdefault(self._entry(cid)["shard"], []).append(cid)
+            loaded: dict[str, ContextState] = {}
+            for si, cids in missing.items():
+                self._ensure_good(si)
+                path = self.folder / self._shards[si].file
+                with safe_open(str(path), framework="pt", device="cpu") as f:
+                    for cid in cids:
+                        tensors = {k: f.get_tensor(f"{cid}/{k}") for k in ("ssm", "conv", "log_decay")}
+                        loaded[cid] = ContextState.from_tensors(tensors, self._contexts[cid]["num_tokens"])
+            out = [loaded[cid] if cid in loaded else self._cache[cid] for cid in ids]
+            for cid, state in zip(ids, out):
+                self._remember(cid, state)
+            return out
+
+    def cached_ids(self) -> list[str]:
+        """Ids held in the in-memory cache, least recently used first."""
+        with self._lock:
+            return list(self._cache)
+
+    # ---- writing ---------------------------------------------------------------------------
+    def add(
+        self,
+        contexts: Iterable[tuple[str, str]],
+        *,
+        shard_size: int | None = None,
+        batch_size: int = 16,
+        progress: Progress | bool = True,
+    ) -> list[str]:
+        """Encode and append new contexts in new shards; existing shards are not touched.
+
+        Returns the ids added. Refuses ids already in the store (a context's state never changes
+        under its id; give a changed text a new id, or rebuild).
+        """
+        items = [(str(cid), text) for cid, text in contexts]
+        seen: set[str] = set()
+        for cid, text in items:
+            if cid in self._contexts or cid in seen:
+                raise StoreError(f"context id {cid!r} is already in the store at {self.folder} (or given twice); ids are unique")
+            if not isinstance(text, str):
+                raise StoreError(f"context {cid!r}: text must be a str, got {type(text).__name__}")
+            seen.add(cid)
+        if not items:
+            return []
+        if progress is True:
+            progress = _tqdm_progress(f"encoding {len(items)} contexts")
+        shard_size = shard_size or max(1, SHARD_BYTES // self.model.config.state_nbytes())
+        tok = self.model.tokenizer
+        token_ids = {cid: tok.encode(text) for cid, text in items}
+        # Shards group contexts of similar length, so the batches inside them pad little.
+        by_length = sorted(items, key=lambda it: len(token_ids[it[0]]))
+        new_entries = {cid: {"id": cid, "text": text, "num_tokens": len(token_ids[cid])} for cid, text in items}
+        done = 0
+        for start in range(0, len(by_length), shard_size):
+            chunk = [cid for cid, _ in by_length[start : start + shard_size]]
+            base = done
+
+            def sub(i: int, n: int, base=base) -> None:
+                if progress:
+                    progress(base + i, len(items))
+
+            states = self.model.encode_contexts([token_ids[c] for c in chunk], batch_size=batch_size, progress=sub)
+            si = self._write_shard(chunk, states)
+            for cid in chunk:
+                new_entries[cid]["shard"] = si
+            done += len(chunk)
+            if progress:
+                progress(done, len(items))
+        with self._lock:
+            for cid, _ in items:  # insertion order, not length order
+                self._contexts[cid] = new_entries[cid]
+            self._save_meta()
+        return [cid for cid, _ in items]
+
+    def _write_shard(self, cids: list[str], states: list[ContextState], index: int | None = None) -> int:
+        from safetensors.torch import save_file
+
+        shapes = self.model.config.state_shapes()
+        tensors = {}
+        for cid, st in zip(cids, states, strict=True):
+            st.check_shapes(shapes, what=f"state of context {cid!r}")
+            tensors.update(st.to_tensors(prefix=f"{cid}/"))
+        index = len(self._shards) if index is None else index
+        name = f"shard-{index:05d}.safetensors"
+        path = self.folder / name
+        tmp = path.with_name(name + ".tmp")
+        save_file(tensors, str(tmp), metadata={"format": FORMAT, "fingerprint": self.fingerprint})
+        os.replace(tmp, path)
+        shard = _Shard(file=name, sha256=_sha256(path), nbytes=path.stat().st_size, ids=list(cids))
+        with self._lock:
+            if index == len(self._shards):
+                self._shards.append(shard)
+            else:
+                self._shards[index] = shard
+            self._verified.add(index)
+            self._bad.pop(index, None)
+        return index
+
+    def _save_meta(self) -> None:
+        self._meta["shards"] = [vars(s) for s in self._shards]
+        self._meta["contexts"] = list(self._contexts.values())
+        _atomic_write_text(self.folder / META_FILE, json.dumps(self._meta, indent=1))
+
+    # ---- integrity -------------------------------------------------------------------------
+    def check(self) -> list[str]:
+        """Verify every shard's size and sha256; returns the files of the bad ones ([] if none)."""
+        with self._lock:
+            for i in range(len(self._shards)):
+                try:
+                    self._ensure_good(i)
+                except CorruptShardError:
+                    pass
+            return [self._shards[i].file for i in sorted(self._bad)]
+
+    def repair(self, progress: Progress | bool = True) -> list[str]:
+        """Re-encode the contexts of every bad shard from their stored text; returns the files fixed."""
+        bad = self.check()
+        for file in bad:
+            si = next(i for i, s in enumerate(self._shards) if s.file == file)
+            cids = self._shards[si].ids
+            tok = self.model.tokenizer
+            bar = _tqdm_progress(f"re-encoding {file}") if progress is True else progress
+            states = self.model.encode_contexts(
+                [tok.encode(self._contexts[c]["text"]) for c in cids], progress=bar or None
+            )
+            self._write_shard(cids, states, index=si)
+        if bad:
+            with self._lock:
+                self._save_meta()
+        return bad
+
+    def _check_size(self, i: int, sh: _Shard) -> None:
+        path = self.folder / sh.file
+        if not path.exists():
+            self._bad[i] = "file missing"
+        elif path.stat().st_size != sh.nbytes:
+            self._bad[i] = f"{path.stat().st_size} bytes on disk, {sh.nbytes} written (truncated?)"
+
+    def _ensure_good(self, i: int) -> None:
+        sh = self._shards[i]
+        if i not in self._bad and i not in self._verified:
+            self._check_size(i, sh)
+            if i not in self._bad and self._verify:
+                if _sha256(self.folder / sh.file) != sh.sha256:
+                    self._bad[i] = "sha256 differs from the one written at build time"
+            if i not in self._bad:
+                self._verified.add(i)
+        if i in self._bad:
+            raise CorruptShardError(sh.file, self._bad[i], self.folder)
+
+    # ---- cache -----------------------------------------------------------------------------
+    def _remember(self, cid: str, state: ContextState) -> None:
+        if cid in self._cache:
+            self._cache.move_to_end(cid)
+            return
+        if state.nbytes > self.cache_bytes:
+            return
+        self._cache[cid] = state
+        self._cache_nbytes += state.nbytes
+        while self._cache_nbytes > self.cache_bytes:
+            _, old = self._cache.popitem(last=False)
+            self._cache_nbytes -= old.nbytes
+
+    def _entry(self, cid: str) -> dict:
+        try:
+            return self._contexts[cid]
+        except KeyError:
+            raise KeyError(f"context id {cid!r} is not in the state store at {self.folder} ({len(self)} contexts)") from None
+
+    def __repr__(self) -> str:
+        return f"StateStore({str(self.folder)!r}, {len(self)} contexts, {len(self._shards)} shards, {self.nbytes / 2**20:.1f} MiB)"
