@@ -1,0 +1,166 @@
+"""load_model: "demo" | a local folder | a hub id -> SSMLanguageModel with a tokenizer.
+
+Folder layouts read:
+  mamba_ssm     config.json {d_model, n_layer, ssm_cfg, ...} + pytorch_model.bin | model.safetensors
+                (state-spaces/mamba2-130m ... mamba2-2.7b, state-spaces/mamba-130m ... mamba-2.8b)
+  transformers  config.json {"model_type": "mamba" | "mamba2", ...} + model.safetensors
+                (possibly sharded with model.safetensors.index.json) | pytorch_model.bin
+Tokenizer: the folder's tokenizer.json, else EleutherAI/gpt-neox-20b (what state-spaces models use).
+
+pytorch_model.bin is read with torch.load(weights_only=True): never plain unpickling.
+Every weight key and shape is checked; a mismatch names the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+from picaso_core.config import ModelConfig
+from picaso_core.model import SSMLanguageModel
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DEMO_MODEL_DIR = ASSETS / "demo_model"
+DEFAULT_TOKENIZER = "EleutherAI/gpt-neox-20b"
+_HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "tokenizer.json"]
+
+
+def load_model(name_or_path: str = "demo", device=None, dtype: torch.dtype | None = None) -> SSMLanguageModel:
+    """Load a model in eval mode. `dtype` (e.g. torch.bfloat16) casts the weights; states stay float32."""
+    folder = resolve_model_folder(name_or_path)
+    config = read_config(folder)
+    model = SSMLanguageModel(config)
+    load_weights(model, folder)
+    model.tokenizer = _load_tokenizer(folder)
+    if model.tokenizer.vocab_size > config.padded_vocab_size:
+        raise ValueError(f"{folder}: tokenizer has {model.tokenizer.vocab_size} tokens but the model "
+                         f"only {config.padded_vocab_size} embeddings")
+    return model.to(device=device, dtype=dtype).eval()
+
+
+# ---- where the files are ----------------------------------------------------------------------
+def resolve_model_folder(name_or_path: str) -> Path:
+    if name_or_path == "demo":
+        if not (DEMO_MODEL_DIR / "config.json").exists():
+            raise FileNotFoundError(f"the bundled demo model is missing from {DEMO_MODEL_DIR}; "
+                                    "regenerate it with `python scripts/train_demo.py`")
+        return DEMO_MODEL_DIR
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or name_or_path.count("/") != 1 or name_or_path.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"{name_or_path!r} is neither a model folder nor a hub id like "
+                                "'state-spaces/mamba2-130m'; use 'demo' for the bundled model")
+    return _download(name_or_path, _HUB_FILES)
+
+
+def _hub_reachable(timeout: float = 5.0) -> bool:
+    """A quick TCP probe, so that offline machines fail at once instead of hanging in retries."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", constants.ENDPOINT))
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _download(repo_id: str, patterns: list[str]) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:  # already in the local cache: no network needed
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
+    except Exception:
+        pass
+    if not _hub_reachable():
+        raise ConnectionError(
+            f"cannot download {repo_id!r}: the Hugging Face Hub is not reachable (offline or "
+            "HF_HUB_OFFLINE=1). Use the bundled model (`demo`) or a local folder with config.json "
+            "and weights (`--model /path/to/folder`).")
+    return Path(snapshot_download(repo_id, allow_patterns=patterns))
+
+
+# ---- config -----------------------------------------------------------------------------------
+def read_config(folder: Path) -> ModelConfig:
+    path = Path(folder) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{folder} has no config.json")
+    d = json.loads(path.read_text())
+    return ModelConfig.from_transformers(d) if "model_type" in d else ModelConfig.from_dict(d)
+
+
+# ---- weights ----------------------------------------------------------------------------------
+def _read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        sd: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            sd.update(load_file(folder / shard))
+        return sd
+    if (folder / "model.safetensors").exists():
+        return load_file(folder / "model.safetensors")
+    if (folder / "pytorch_model.bin").exists():
+        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{folder} has no model.safetensors or pytorch_model.bin")
+
+
+def _to_mamba_ssm_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers calls the embedding `backbone.embeddings`; every other name is mamba_ssm's."""
+    return {k.replace("backbone.embeddings.", "backbone.embedding."): v for k, v in sd.items()}
+
+
+def load_weights(model: SSMLanguageModel, folder: Path) -> None:
+    """Copy a checkpoint into `model`, checking every key and shape."""
+    sd = _to_mamba_ssm_names(_read_state_dict(folder))
+    expected = model.state_dict()
+    tied = model.config.tie_embeddings
+    if tied:
+        expected.pop("lm_head.weight")
+        sd.pop("lm_head.weight", None)  # a tied copy, when the checkpoint saved one
+    missing = sorted(set(expected) - set(sd))
+    unexpected = sorted(set(sd) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{folder}: checkpoint does not match the config: "
+                         f"missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                         f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
+    for k, v in expected.items():
+        if tuple(sd[k].shape) != tuple(v.shape):
+            raise ValueError(f"{folder}: weight {k} has shape {list(sd[k].shape)}, "
+                             f"the config needs {list(v.shape)}")
+    model.load_state_dict(sd, strict=not tied)
+
+
+def save_model(model: SSMLanguageModel, folder: str | Path) -> None:
+    """Write `model` in the mamba_ssm layout: config.json + model.safetensors (+ tokenizer.json)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2))
+    sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_embeddings:
+        sd.pop("lm_head.weight")
+    save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    if model.tokenizer is not None:
+        model.tokenizer.save(folder / "tokenizer.json")
+
+
+# ---- tokenizer --------------------------------------------------------------------------------
+def _load_tokenizer(folder: Path):
+    from picaso_core.tokenizer import Tokenizer
+
+    if (Path(folder) / "tokenizer.json").exists():
+        return Tokenizer.from_pretrained_dir(folder)
+    return Tokenizer.from_pretrained_dir(_download(DEFAULT_TOKENIZER, ["tokenizer.json"]))

@@ -1,0 +1,230 @@
+"""Selective scans in pure torch, with an initial state in and the final state + log-decay out.
+
+Glossary (Mamba-2 paper "Transformers are SSMs", PICASO eq. 1-2):
+    b  batch          l  sequence length     h  heads (Mamba-1: channels d)
+    p  head dim P     n  state dim N         g  groups sharing B, C
+    s  chunk length   c  number of chunks
+    dt   Δ_t > 0, the step size (already softplus'ed and masked: dt = 0 means "skip this step")
+    A    the diagonal continuous-time decay, negative; the discrete decay of a step is exp(dt·A)
+    x_t  the input; the state recurrence is  h_t = exp(dt_t·A) h_{t-1} + dt_t B_t x_t,  y_t = C_t h_t
+    log_decay = Σ_t dt_t·A = log A(u), the accumulated decay of PICASO eq. 2 (kept in log space:
+                exp of it underflows after a few hundred tokens, composition needs it exactly).
+
+Every fast path has a reference twin here that the tests compare against:
+    ssd_scan (chunked, Mamba-2)         <-> ssd_scan_ref (one step at a time)
+    selective_scan (prefix scan, Mamba-1) <-> selective_scan_ref (one step at a time)
+On CUDA with mamba_ssm installed, `ssd_scan` calls mamba_chunk_scan_combined instead.
+
+All scans run in float32 (decay products of hundreds of steps need the mantissa), or float64 when
+given float64 (gradcheck); the caller casts outputs back to the model dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+try:  # optional GPU kernels (requirements-gpu.txt); never needed on CPU
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as _mamba_chunk_scan_combined
+except Exception:  # ImportError, or a CUDA-less import failure inside mamba_ssm
+    _mamba_chunk_scan_combined = None
+
+try:
+    from causal_conv1d import causal_conv1d_fn as _causal_conv1d_fn
+except Exception:
+    _causal_conv1d_fn = None
+
+
+def _acc(*ts: Tensor) -> tuple[Tensor, ...]:
+    """Cast to the accumulation dtype: float32, or float64 when the inputs are (gradcheck)."""
+    dtype = torch.float64 if ts[0].dtype == torch.float64 else torch.float32
+    return tuple(t.to(dtype) for t in ts)
+
+
+def gpu_kernels_available() -> dict[str, bool]:
+    """Which optional CUDA kernels imported (used only for CUDA tensors)."""
+    return {"mamba_chunk_scan_combined": _mamba_chunk_scan_combined is not None,
+            "causal_conv1d_fn": _causal_conv1d_fn is not None}
+
+
+# --------------------------------------------------------------------------------------------
+# Mamba-2: chunked SSD scan
+# --------------------------------------------------------------------------------------------
+def _segsum(a: Tensor) -> Tensor:
+    """a [..., s] -> [..., s, s] with out[i, j] = a[j+1] + ... + a[i] for i >= j, -inf above.
+
+    Built from masked cumulative sums rather than cumsum differences, so entries stay exact
+    when the cumulative decay is large (the stable form of ssd_minimal.py)."""
+    s = a.size(-1)
+    a = a[..., None].expand(*a.shape, s)  # [..., s(i), s(j)] = a[i]
+    strict = torch.ones(s, s, dtype=torch.bool, device=a.device).tril(-1)
+    a = a.masked_fill(~strict, 0.0)
+    out = a.cumsum(dim=-2)
+    incl = torch.ones(s, s, dtype=torch.bool, device=a.device).tril(0)
+    return out.masked_fill(~incl, float("-inf"))
+
+
+def ssd_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
+                     initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Chunked SSD scan (Mamba-2 paper, listing 1), pure torch, differentiable.
+
+    Args:
+        x: [b, l, h, p]; dt: [b, l, h] (>= 0, softplus'ed); A: [h] (< 0);
+        B, C: [b, l, g, n]; chunk_size: s; initial_state: [b, h, p, n] or None (zeros).
+    Returns:
+        y [b, l, h, p], final_state [b, h, p, n], log_decay [b, h]   (all float32)
+    """
+    b, l, h, p = x.shape
+    g, n = B.shape[-2:]
+    x, dt, A, B, C = _acc(x, dt, A, B, C)
+    s = max(1, min(chunk_size, l))
+    pad = (-l) % s
+    if pad:  # dt = 0 on the padding: decay 1, nothing written, outputs dropped below
+        x, B, C = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (x, B, C))
+        dt = F.pad(dt, (0, 0, 0, pad))
+    c = (l + pad) // s
+    B = B.repeat_interleave(h // g, dim=2)  # [b, l, h, n]: each group serves h/g heads
+    C = C.repeat_interleave(h // g, dim=2)
+    xdt = (x * dt[..., None]).view(b, c, s, h, p)  # the input term dt_t x_t
+    B, C = B.view(b, c, s, h, n), C.view(b, c, s, h, n)
+    a = (dt * A).view(b, c, s, h).permute(0, 1, 3, 2)  # [b, c, h, s] per-step log-decay
+    a_cum = a.cumsum(-1)  # [b, c, h, s]
+
+    # 1. within each chunk: the quadratic ("attention-like") form, y = (C B^T ∘ L) (dt x)
+    Lmask = torch.exp(_segsum(a))  # [b, c, h, s(l), s(s)]
+    CB = torch.einsum("bclhn,bcshn->bchls", C, B)
+    y_diag = torch.einsum("bchls,bcshp->bclhp", CB * Lmask, xdt)
+
+    # 2. the state each chunk produces on its own (from a zero start)
+    decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [b, c, h, s]
+    chunk_states = torch.einsum("bclhn,bchl,bclhp->bchpn", B, decay_to_end, xdt)
+
+    # 3. pass states between chunks: h_k = exp(a_k) h_{k-1} + chunk_state_k, from initial_state
+    if initial_state is None:
+        initial_state = x.new_zeros(b, h, p, n)
+    states = torch.cat([initial_state.to(x.dtype)[:, None], chunk_states], dim=1)  # [b, c+1, h, p, n]
+    chunk_decay = torch.exp(_segsum(F.pad(a_cum[..., -1].transpose(1, 2), (1, 0))))  # [b, h, c+1, c+1]
+    states = torch.einsum("bhzc,bchpn->bzhpn", chunk_decay, states)
+    states, final_state = states[:, :-1], states[:, -1]  # state entering each chunk; final
+
+    # 4. the contribution of the entering state to each output: C_t exp(a_cum_t) h_in
+    y_off = torch.einsum("bclhn,bchpn,bchl->bclhp", C, states, torch.exp(a_cum))
+    y = (y_diag + y_off).reshape(b, c * s, h, p)[:, :l]
+    log_decay = a_cum[..., -1].sum(1)  # [b, h] = Σ_t dt_t A
+    return y, final_state, log_decay
+
+
+def ssd_scan_ref(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int = 0,
+                 initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Reference twin of `ssd_scan_chunked`: the recurrence one step at a time (slow, obvious).
+
+    Same arguments and returns; `chunk_size` is ignored."""
+    b, l, h, p = x.shape
+    g, n = B.shape[-2:]
+    x, dt, A, B, C = _acc(x, dt, A, B, C)
+    B = B.repeat_interleave(h // g, dim=2)
+    C = C.repeat_interleave(h // g, dim=2)
+    state = x.new_zeros(b, h, p, n) if initial_state is None else initial_state.to(x.dtype)
+    ys = []
+    for t in range(l):
+        dA = torch.exp(dt[:, t] * A)  # [b, h]
+        state = dA[..., None, None] * state + (dt[:, t, :, None] * x[:, t])[..., None] * B[:, t, :, None, :]
+        ys.append(torch.einsum("bhpn,bhn->bhp", state, C[:, t]))
+    y = torch.stack(ys, dim=1) if ys else x.new_zeros(b, 0, h, p)
+    return y, state, (dt * A).sum(1)
+
+
+def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
+             initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Mamba-2 scan: mamba_ssm's Triton kernel on CUDA when installed, else `ssd_scan_chunked`."""
+    if x.is_cuda and _mamba_chunk_scan_combined is not None:
+        # The kernel takes dt already softplus'ed and masked (dt_softplus=False, no dt_bias), so
+        # padding semantics are identical; it does not return the decay, which is cheap here.
+        y, final = _mamba_chunk_scan_combined(
+            x, dt.to(x.dtype), A.float(), B, C, chunk_size,
+            initial_states=None if initial_state is None else initial_state.to(x.dtype),
+            return_final_states=True,
+        )
+        return y.float(), final.float(), (dt.float() * A.float()).sum(1)
+    return ssd_scan_chunked(x, dt, A, B, C, chunk_size, initial_state)
+
+
+# --------------------------------------------------------------------------------------------
+# Mamba-1: selective scan with a per-(channel, state) decay
+# --------------------------------------------------------------------------------------------
+def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                   initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Mamba-1 selective scan as a parallel prefix scan (Hillis-Steele), pure torch.
+
+    The pairs (a_t, b_t) with h_t = a_t h_{t-1} + b_t compose associatively:
+    (a1, b1) then (a2, b2) = (a2 a1, a2 b1 + b2). log2(l) doubling rounds replace l Python steps;
+    no division by decay products, so decays that underflow to 0 stay exact.
+
+    Args:
+        u, delta: [b, d, l] (delta softplus'ed and masked); A: [d, n] (< 0);
+        B, C: [b, n, l]; initial_state: [b, d, n] or None.
+    Returns:
+        y [b, d, l] (= Σ_n C h, without the D skip and gate), final_state [b, d, n],
+        log_decay [b, d, n] = Σ_t delta_t A.
+    """
+    u, delta, A, B, C = _acc(u, delta, A, B, C)
+    la = delta.transpose(1, 2)[..., None] * A  # [b, l, d, n] per-step log-decay
+    a = torch.exp(la)
+    bx = (delta * u).transpose(1, 2)[..., None] * B.transpose(1, 2)[:, :, None, :]  # [b, l, d, n]
+    if initial_state is not None:  # fold h_0 into the first step: b_1 += a_1 h_0
+        bx = torch.cat([bx[:, :1] + a[:, :1] * initial_state.to(u.dtype)[:, None], bx[:, 1:]], dim=1)
+    l, off = u.shape[-1], 1
+    while off < l:
+        bx = torch.cat([bx[:, :off], a[:, off:] * bx[:, :-off] + bx[:, off:]], dim=1)
+        a = torch.cat([a[:, :off], a[:, off:] * a[:, :-off]], dim=1)
+        off *= 2
+    y = torch.einsum("bldn,bnl->bdl", bx, C)
+    return y, bx[:, -1], la.sum(1)
+
+
+def selective_scan_ref(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                       initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Reference twin of `selective_scan` (mamba_ssm's selective_scan_ref without D and z)."""
+    u, delta, A, B, C = _acc(u, delta, A, B, C)
+    b, d, l = u.shape
+    state = u.new_zeros(b, d, A.shape[1]) if initial_state is None else initial_state.to(u.dtype)
+    ys = []
+    for t in range(l):
+        state = torch.exp(delta[:, :, t, None] * A) * state + (delta[:, :, t] * u[:, :, t])[..., None] * B[:, None, :, t]
+        ys.append(torch.einsum("bdn,bn->bd", state, C[:, :, t]))
+    y = torch.stack(ys, dim=-1) if ys else u.new_zeros(b, d, 0)
+    return y, state, (delta[..., None] * A[:, None, :]).sum(2)
+
+
+# --------------------------------------------------------------------------------------------
+# Depthwise causal conv with a carried window
+# --------------------------------------------------------------------------------------------
+def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tensor,
+                lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Depthwise causal conv1d over [carried K-1 inputs ++ x], then SiLU.
+
+    Args:
+        x: [b, C, l] pre-conv inputs; weight: [C, 1, K]; bias: [C] or None;
+        conv_state: [b, C, K-1] the previous K-1 inputs (zeros at the start of a sequence);
+        lengths: [b] valid lengths for right-padded batches (None: all l valid).
+    Returns:
+        y [b, C, l] (SiLU applied), new_conv_state [b, C, K-1]: each row's own last K-1 inputs.
+    """
+    b, C, l = x.shape
+    K = weight.shape[-1]
+    full = torch.cat([conv_state.to(x.dtype), x], dim=-1)  # [b, C, K-1+l]
+    if x.is_cuda and _causal_conv1d_fn is not None and lengths is None:
+        # The kernel takes initial_states only for channel-last inputs: x of shape [b, C, l]
+        # whose stride(1) == 1.
+        xc = x.transpose(1, 2).contiguous().transpose(1, 2)
+        init = conv_state.to(x.dtype).transpose(1, 2).contiguous().transpose(1, 2)
+        y = _causal_conv1d_fn(xc, weight.squeeze(1), bias, initial_states=init, activation="silu")
+    else:
+        y = F.silu(F.conv1d(full, weight, bias, groups=C))
+    if lengths is None:
+        new_state = full[..., l:]
+    else:  # row i's last inputs end at position K-1+len_i of `full`
+        idx = lengths.view(b, 1, 1) + torch.arange(K - 1, device=x.device).view(1, 1, K - 1)
+        new_state = full.gather(-1, idx.expand(b, C, K - 1))
+    return y, _acc(new_state)[0]

@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny random models of both families, a tiny tokenizer, a saved model folder.
+
+Everything here is built by the tests themselves (no downloads) and small enough for 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from picaso_core import ModelConfig, SSMLanguageModel
+
+TINY_VOCAB = 320  # >= the tiny tokenizer's vocabulary below
+
+TINY_SSM = {
+    # ngroups=2 and a chunk shorter than most test sequences exercise the group and chunk paths
+    "Mamba2": dict(layer="Mamba2", d_state=8, headdim=8, ngroups=2, chunk_size=8),
+    "Mamba1": dict(layer="Mamba1", d_state=4),
+}
+
+
+def tiny_config(family: str = "Mamba2", vocab_size: int = TINY_VOCAB, **kw) -> ModelConfig:
+    return ModelConfig(d_model=32, n_layer=2, vocab_size=vocab_size, ssm_cfg=dict(TINY_SSM[family]),
+                       pad_vocab_size_multiple=8, **kw)
+
+
+def tiny_model(family: str = "Mamba2", seed: int = 0, **kw) -> SSMLanguageModel:
+    """A random tiny model with non-trivial decays (A_log, dt spread like a trained model)."""
+    torch.manual_seed(seed)
+    return SSMLanguageModel(tiny_config(family, **kw)).eval()
+
+
+@pytest.fixture(params=["Mamba2", "Mamba1"])
+def family(request) -> str:
+    return request.param
+
+
+_TOKENIZER_TEXT = [
+    "Velmora is a city in the northern province of Tarrix.",
+    "Records show that Velmora was founded in 1423 by the merchant Osric Dallen.",
+    "The main export of Velmora is blue glass, and its river is the Quell.",
+    "cat → cats\ndog → dogs\nrun → ran\nhappy → sad\n",
+    "A state space model reads tokens one at a time and keeps a fixed-size state.",
+]
+
+
+@pytest.fixture(scope="session")
+def tokenizer_json(tmp_path_factory) -> Path:
+    """A byte-level BPE tokenizer.json trained on a few sentences (vocabulary < TINY_VOCAB)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_TOKENIZER_TEXT * 4, trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    assert tok.get_vocab_size() <= TINY_VOCAB
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer_json) -> Path:
+    """A random tiny Mamba-2 saved in the mamba_ssm layout (config.json, model.safetensors,
+    tokenizer.json): what `load_model(folder)` and `python app.py --model folder` read."""
+    from safetensors.torch import save_file
+
+    model = tiny_model("Mamba2", seed=1)
+    folder = tmp_path_factory.mktemp("tiny_model")
+    (folder / "config.json").write_text(json.dumps(model.config.to_dict()))
+    sd = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(sd, str(folder / "model.safetensors"))
+    (folder / "tokenizer.json").write_bytes(Path(tokenizer_json).read_bytes())
+    return folder
