@@ -4,8 +4,9 @@ Each context is encoded once by the model into its `ContextState`; at query time
 states are read back and composed, so no context token is processed online.
 
 Layout of a store folder:
-    store.json                 format, the model's fingerprint and config, the shards (file,
-                               sha256, size, ids) and every context (id, text, token count, shard)
+    store.json                 format, the model's fingerprint and config, the context suffix,
+                               the shards (file, sha256, size, ids) and every context (id, text,
+                               token count, shard)
     shard-00000.safetensors    the states of up to `shard_size` contexts, tensors named
                                "<id>/ssm", "<id>/conv", "<id>/log_decay" (ContextState.to_tensors)
     embeddings/                the retriever's sentence embeddings (picaso_core.retrieval)
@@ -16,6 +17,10 @@ store intact. Reads are lazy: safetensors memory-maps a shard and copies out onl
 asked for; an LRU cache bounded in bytes keeps recently used states. A shard's sha256 is checked
 the first time it is read (and by `check()`); a truncated or corrupt shard raises
 `CorruptShardError` naming the file, and the other shards stay usable.
+
+A context is encoded as `tokenizer.encode(text + suffix)`; the suffix (e.g. "\n\n", the separator
+the demo model saw between contexts) is fixed per store, and `token_ids(cid)` gives the same ids
+for methods that process tokens (Concat), so stored states and tokens always agree.
 """
 
 from __future__ import annotations
@@ -135,6 +140,7 @@ class StateStore:
         contexts: Iterable[tuple[str, str]],
         folder: str | Path,
         *,
+        suffix: str = "",
         shard_size: int | None = None,
         batch_size: int = 16,
         progress: Progress | bool = True,
@@ -145,6 +151,7 @@ class StateStore:
 
         Args:
             contexts: (context id, text) pairs; ids are strings, unique.
+            suffix: appended to every text before tokenising (see the module docstring).
             shard_size: contexts per shard; default: as many as fit in SHARD_BYTES.
             batch_size: contexts per batched forward (model.encode_contexts).
             progress: a progress(done, total) callback, True for a tqdm bar, False for none.
@@ -169,6 +176,7 @@ class StateStore:
                 "config": model.config.to_dict(),
             },
             "state_shapes": {k: list(v) for k, v in model.config.state_shapes().items()},
+            "suffix": suffix,
             "shards": [],
             "contexts": [],
         }
@@ -225,6 +233,14 @@ class StateStore:
 
     def num_tokens(self, cid: str) -> int:
         return self._entry(cid)["num_tokens"]
+
+    @property
+    def suffix(self) -> str:
+        return self._meta["suffix"]
+
+    def token_ids(self, cid: str) -> list[int]:
+        """The token ids the state of `cid` was encoded from."""
+        return self.model.tokenizer.encode(self.text(cid) + self.suffix)
 
     @property
     def nbytes(self) -> int:
@@ -289,7 +305,7 @@ class StateStore:
             progress = _tqdm_progress(f"encoding {len(items)} contexts")
         shard_size = shard_size or max(1, SHARD_BYTES // self.model.config.state_nbytes())
         tok = self.model.tokenizer
-        token_ids = {cid: tok.encode(text) for cid, text in items}
+        token_ids = {cid: tok.encode(text + self.suffix) for cid, text in items}
         # Shards group contexts of similar length, so the batches inside them pad little.
         by_length = sorted(items, key=lambda it: len(token_ids[it[0]]))
         new_entries = {cid: {"id": cid, "text": text, "num_tokens": len(token_ids[cid])} for cid, text in items}
@@ -361,11 +377,8 @@ class StateStore:
         for file in bad:
             si = next(i for i, s in enumerate(self._shards) if s.file == file)
             cids = self._shards[si].ids
-            tok = self.model.tokenizer
             bar = _tqdm_progress(f"re-encoding {file}") if progress is True else progress
-            states = self.model.encode_contexts(
-                [tok.encode(self._contexts[c]["text"]) for c in cids], progress=bar or None
-            )
+            states = self.model.encode_contexts([self.token_ids(c) for c in cids], progress=bar or None)
             self._write_shard(cids, states, index=si)
         if bad:
             with self._lock:

@@ -134,3 +134,11 @@ def test_add_without_rebuilding_keeps_existing_shards(model, built, tmp_path):
 def test_unknown_id_names_the_store(built):
     with pytest.raises(KeyError, match="not in the state store"):
         built.get("nope")
+
+
+def test_suffix_is_part_of_every_encoded_context(model, tmp_path):
+    store = StateStore.build(model, CONTEXTS[:2], tmp_path / "s", suffix="\n\n", progress=False)
+    ids = store.token_ids("c1")
+    assert ids == list((CONTEXTS[1][1] + "\n\n").encode()) and store.num_tokens("c1") == len(ids)
+    torch.testing.assert_close(StateStore.open(tmp_path / "s", model).get("c1").ssm,
+                               model.encode_context(ids).ssm, rtol=1e-5, atol=1e-6)
