@@ -1,0 +1,307 @@
+"""Composing the states of many contexts into one (PICASO paper sec. 3.3 and appendix A).
+
+Glossary (paper symbol -> code). Contexts are numbered k = 0..n-1 in presentation order, most
+relevant LAST (the paper's Concat order, sec. 6.2); every decay is diagonal, so every product
+below is element-wise and broadcasts over the state.
+    u_k           the k-th context (its token ids)
+    x_k = x(u_k)  its state, `states[k].ssm`              Mamba-2 [L, H, P, N] / Mamba-1 [L, D, N]
+    A_k = A(u_k)  its accumulated decay (eq. 2), exp(`states[k].log_decay`)
+                                                          Mamba-2 [L, H, 1, 1] / Mamba-1 [L, D, N]
+    W_k           the weight of x_k in the composed state  Σ_k W_k x_k  (eq. 4); shape of A_k
+    e_m           the m-th elementary symmetric polynomial of decays (prop. 2)
+    ê_m           e_m / C(j, m) over j decays: the MEAN product of m of them (our normalised DP)
+    `log_decays`  the n log-decays stacked, [n, *A_k.shape]; the weight functions take logs, not
+                  decays, so that nothing is lost before the products are formed.
+
+Methods, all of the form  ssm = Σ_k W_k x_k:
+    soup      W_k = 1/n                                         (State Soup; paper sec. 6.2)
+    caso      W_k = A_{k+1} ⋯ A_{n-1}                           (prop. 1, eq. 3); two states:
+              State Soup's "A-decay mixing" of sequential chunks, see `decay_mix`
+    picaso_s  W_k = (1/n) Σ_m e_m(A_{-k}) / C(n-1, m)           (prop. 2): mean of CASO over all n!
+              orders
+    picaso_r  W_k = (1/n) Σ_{m<n} A_{k+1} ⋯ A_{k+m}, indices mod n  (prop. 3): mean of CASO over
+              the n rotations
+    weighted  W_k = w_k, any real weights given by the caller   (State Soup's weighted mean; task
+              arithmetic such as x_a + x_b - x_c)
+and, from tokens with forward passes (`compose_tokens`):
+    concat       the state of u_0 ⧺ ... ⧺ u_{n-1}, started from the stored state of u_0 (sec. 6.2)
+    picconcat_r  the mean of the states of the n cyclic concatenations (sec. 3.3)
+
+The rest of the composed state, the same for every method:
+    conv        the mean of the parts' conv windows (sec. 3.3: "we perform simple averaging"), also
+                for the order-dependent caso, so that its numbers match the paper's; `weighted`
+                averages with the weights normalised to sum 1 (a conv window holds raw inputs: a
+                weighted MEAN of inputs stays one whatever the scale of the weights).
+                conv="last" takes the last context's window instead: what Concat holds at layer 0
+                when that context has at least K-1 tokens.
+    log_decay   Σ_k log_decay_k: the decay of the whole concatenation, the same in every order.
+                For soup and weighted too: it records which tokens the state summarises, not how
+                they were weighted, so a composed state can itself be composed again with CASO.
+    num_tokens  Σ_k num_tokens_k.
+All of it is torch ops, differentiable with respect to the states, the log-decays and the weights
+(backpropagation through composition, sec. 5).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from picaso_core.state import ContextState
+
+METHODS = ("soup", "caso", "picaso_s", "picaso_r", "weighted")
+TOKEN_METHODS = ("concat", "picconcat_r")
+CONV_MODES = ("mean", "last")
+
+
+# --------------------------------------------------------------------------------------------
+# The weights W_k as functions of the decays alone
+# --------------------------------------------------------------------------------------------
+def soup_weights(log_decays: Tensor) -> Tensor:
+    """W_k = 1/n. log_decays [n, ...] -> [n, ...] (a broadcast view)."""
+    n = log_decays.shape[0]
+    return torch.full((), 1.0 / n, dtype=log_decays.dtype, device=log_decays.device).expand_as(log_decays)
+
+
+def caso_weights(log_decays: Tensor) -> Tensor:
+    """CASO (prop. 1, eq. 3): W_k = A_{k+1} ⋯ A_{n-1}, W_{n-1} = 1. [n, ...] -> [n, ...].
+
+    A reverse cumulative product of the decays: products of numbers in [0, 1] only, so a decay
+    that underflows to 0 gives weight 0 to everything before it, as it should."""
+    a = log_decays.exp()
+    after = a[1:].flip(0).cumprod(0).flip(0)  # [n-1, ...]: row k = A_{k+1} ⋯ A_{n-1}
+    return torch.cat([after, torch.ones_like(a[:1])])
+
+
+def picaso_r_weights(log_decays: Tensor) -> Tensor:
+    """PICASO-R (prop. 3) without dividing by decay products. [n, ...] -> [n, ...].
+
+    n W_k = Σ_{m=0}^{n-1} A_{k+1} ⋯ A_{k+m} (indices mod n) splits where the rotation wraps:
+        the contexts after k:   T_k = 1 + A_{k+1} T_{k+1},  T_{n-1} = 1       (Horner, suffix)
+        then around to 0..k-1:  P_k (Q_0 + ... + Q_{k-1})                    (P_k = CASO weight,
+                                                                              Q_i = A_0 ⋯ A_i)
+    so n W_k = T_k + P_k R_k. The paper's Algorithm 3 instead divides cumulative sums by cumulative
+    products, which gives inf/NaN once a product underflows (a few hundred tokens in float32);
+    here every term is a sum of products of numbers in [0, 1]. O(n) operations."""
+    n = log_decays.shape[0]
+    a = log_decays.exp()
+    T = [torch.ones_like(a[0])]
+    for k in range(n - 2, -1, -1):
+        T.append(1 + a[k + 1] * T[-1])
+    T = torch.stack(T[::-1])  # [n, ...]
+    Q = a.cumprod(0)  # Q_i = A_0 ⋯ A_i
+    R = torch.cat([torch.zeros_like(a[:1]), Q[:-1].cumsum(0)])  # R_k = Q_0 + ... + Q_{k-1}
+    return (T + caso_weights(log_decays) * R) / n
+
+
+def picaso_s_weights(log_decays: Tensor) -> Tensor:
+    """PICASO-S (prop. 2; Algorithms 1-2): W_k = (1/n) Σ_{m=0}^{n-1} e_m(A_{-k}) / C(n-1, m).
+
+    The DP of Algorithm 2, e_m(j) = e_m(j-1) + a_j e_{m-1}(j-1), run on ê_m(j) = e_m(j) / C(j, m)
+    directly. Dividing the recurrence by C(j, m) gives a convex combination,
+        ê_m(j) = ((j-m)/j) ê_m(j-1) + (m/j) a_j ê_{m-1}(j-1),
+    so every ê stays in [0, 1]: no binomials of size C(49, 24) ~ 6e13, no overflow at n = 50, and
+    W_k = (1/n) Σ_m ê_m(A_{-k}). The DP runs for all k at once on the n-1 decays other than A_k
+    (Algorithm 1): n-1 steps over an [n, n, ...] table, O(n^3) operations as in the paper, and
+    n^2 decay-sized tensors of memory (n^2 * 576 floats for mamba2-130m; for Mamba-1, whose decay
+    has the size of the state, that is n^2 states).
+    log_decays [n, ...] -> W [n, ...]."""
+    n = log_decays.shape[0]
+    a = log_decays.exp()
+    rest = (1,) * (a.dim() - 1)
+    others = torch.tensor([[j for j in range(n) if j != k] for k in range(n)], dtype=torch.long, device=a.device)
+    a_minus = a[others.reshape(-1)].reshape(n, n - 1, *a.shape[1:])  # [n(k), n-1, ...]: A_{-k}
+    m = torch.arange(n, dtype=a.dtype, device=a.device).view(1, n, *rest)  # degree m = 0..n-1
+    e_hat = torch.zeros(n, n, *a.shape[1:], dtype=a.dtype, device=a.device)  # [n(k), n(m), ...]
+    e_hat[:, 0] = 1  # ê_0 = 1 (empty product); ê_m = 0 for m > j
+    for j in range(1, n):
+        shifted = torch.cat([torch.zeros_like(e_hat[:, :1]), e_hat[:, :-1]], dim=1)  # ê_{m-1}(j-1)
+        keep = ((j - m) / j).clamp(min=0)  # zero for m >= j, so ê_m stays 0 for m > j
+        e_hat = keep * e_hat + (m / j) * a_minus[:, j - 1, None] * shifted
+    return e_hat.sum(1) / n
+
+
+_WEIGHT_FNS = {"soup": soup_weights, "caso": caso_weights, "picaso_s": picaso_s_weights,
+               "picaso_r": picaso_r_weights}
+
+
+def composition_weights(method: str, log_decays: Tensor, weights=None) -> Tensor:
+    """W_k of `method` for decays exp(log_decays [n, ...]) -> [n, ...] (for plots and tests)."""
+    _check_method(method, weights)
+    if method == "weighted":
+        w = _as_weights(weights, log_decays.shape[0], log_decays)
+        return w.view(-1, *(1,) * (log_decays.dim() - 1)).expand_as(log_decays)
+    return _WEIGHT_FNS[method](log_decays)
+
+
+# --------------------------------------------------------------------------------------------
+# Composition of states
+# --------------------------------------------------------------------------------------------
+def compose(method: str, states: Sequence[ContextState], *, weights=None, conv: str = "mean") -> ContextState:
+    """Compose context states without touching the model (paper sec. 3.3).
+
+    Args:
+        method: one of METHODS: "soup", "caso", "picaso_s", "picaso_r", "weighted".
+        states: n single (unbatched) ContextStates of one model, in presentation order: most
+            relevant last, as the paper's Concat; picaso_s ignores the order, picaso_r the
+            rotation.
+        weights: "weighted" only: n real numbers (list or 1-D tensor, differentiable).
+        conv: "mean" (paper) or "last": see the module docstring.
+    Returns:
+        one ContextState: ssm Σ_k W_k x_k, conv, log_decay Σ_k log_decay_k, num_tokens Σ_k.
+    Raises:
+        ValueError for an unknown method or conv mode, an empty list, a batched state, states of
+        different shapes (different models), NaN/inf in a state, or bad weights.
+    """
+    _check_method(method, weights)
+    if conv not in CONV_MODES:
+        raise ValueError(f"conv={conv!r}: valid values are {CONV_MODES}")
+    _check_states(states)
+    n = len(states)
+    log_decays = torch.stack([s.log_decay for s in states])  # [n, *A.shape]
+    W = composition_weights(method, log_decays, weights)  # [n, *A.shape]
+    ssm = weighted_sum(W, [s.ssm for s in states])
+    if conv == "last":
+        conv_state = states[-1].conv
+    else:
+        if method == "weighted":
+            w = _as_weights(weights, n, log_decays)
+            total = w.sum()
+            if total.abs() <= 1e-6 * w.abs().sum():
+                raise ValueError("weights sum to ~0: the conv window is a weighted mean of inputs and needs "
+                                 "weights with a nonzero sum; pass conv='last' to keep the last state's window")
+            c = w / total
+        else:
+            c = torch.full((n,), 1.0 / n, dtype=log_decays.dtype, device=log_decays.device)
+        conv_state = weighted_sum(c, [s.conv for s in states])
+    out = ContextState(ssm=ssm, conv=conv_state, log_decay=log_decays.sum(0),
+                       num_tokens=sum(int(s.num_tokens) for s in states))
+    _check_output(out, states)
+    return out
+
+
+def decay_mix(earlier: ContextState, later: ContextState, *, conv: str = "mean") -> ContextState:
+    """State Soup's "A-decay mixing" (Pióro et al. 2024, sec. 2.3) of two sequential chunks.
+
+    f(x_1..x_t) = f(x_{k+1}..x_t) + (Π A) f(x_1..x_k): the state of `earlier` decayed by the
+    accumulated decay of `later`, plus the state of `later`. This is CASO (eq. 3) for n = 2, exact
+    for one SSM layer, approximate for a stacked model."""
+    return compose("caso", [earlier, later], conv=conv)
+
+
+def weighted_sum(W: Tensor, xs: Sequence[Tensor], block_bytes: int = 4 << 20) -> Tensor:
+    """Σ_k W_k x_k. W [n, ...] broadcastable to each x_k (or [n] scalars); xs n tensors [L, ...].
+
+    The cost of every composition: memory-bound, it should read each x_k once and write the
+    result once. Summed over blocks of layers of about `block_bytes` so that the running sum of a
+    block stays in cache while the n states stream past; one addcmul over whole states instead
+    re-reads and re-writes the running sum from memory n times, and stacking the states first
+    is itself a copy of all of them (bench/compose_speed.py compares against a plain copy).
+    """
+    n, L = len(xs), xs[0].shape[0]
+    if W.dim() == 1:
+        W = W.view(-1, *(1,) * xs[0].dim())
+    W = W.expand(n, L, *W.shape[2:])  # [n, L, ...]
+    step = max(1, block_bytes // max(1, xs[0][0].numel() * xs[0].element_size()))
+    blocks = []
+    for lo in range(0, L, step):
+        acc = W[0, lo:lo + step] * xs[0][lo:lo + step]
+        for k in range(1, n):
+            acc = torch.addcmul(acc, W[k, lo:lo + step], xs[k][lo:lo + step])
+        blocks.append(acc)
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+
+
+# --------------------------------------------------------------------------------------------
+# Composition from tokens (forward passes)
+# --------------------------------------------------------------------------------------------
+def compose_tokens(model, contexts_ids: Sequence[Sequence[int]], method: str,
+                   states: Sequence[ContextState] | None = None) -> ContextState:
+    """Compose contexts by running the model on their tokens (the baselines of sec. 3.3 / 6.2).
+
+    Args:
+        model: an SSMLanguageModel (encode_context / encode_contexts).
+        contexts_ids: n token-id lists, in presentation order (most relevant last).
+        method: "concat": the state of the concatenation u_0 ⧺ ... ⧺ u_{n-1}, started from the
+                stored state of u_0 (`states[0]`, else encoded here) as the paper does;
+            "picconcat_r": the mean of the states of the n rotations u_r ⧺ ... ⧺ u_{r-1}, in one
+                batched forward. The mean is the soup of the rotation states: ssm and conv (each
+                rotation's own last inputs) averaged; log_decay is their mean (all equal up to
+                rounding: each is the decay of all the tokens) and num_tokens the total.
+        states: the contexts' stored states (optional; concat uses states[0]).
+    Returns:
+        one ContextState.
+    """
+    if method not in TOKEN_METHODS:
+        raise ValueError(f"unknown token composition method {method!r}; valid: {TOKEN_METHODS} "
+                         f"(state methods {METHODS} go through compose)")
+    ids = [[int(t) for t in c] for c in contexts_ids]
+    if not ids:
+        raise ValueError("no contexts to compose")
+    if states is not None:
+        if len(states) != len(ids):
+            raise ValueError(f"{len(states)} states for {len(ids)} contexts")
+        _check_states(states)
+        states[0].check_shapes(model.state_shapes, what="stored state of the first context")
+    if method == "concat":
+        first = states[0] if states is not None else model.encode_context(ids[0])
+        rest = [t for c in ids[1:] for t in c]
+        return model.encode_context(rest, state=first) if rest else first
+    n = len(ids)
+    rotations = [[t for c in ids[r:] + ids[:r] for t in c] for r in range(n)]
+    rot = ContextState.stack(model.encode_contexts(rotations))  # [n, ...] each the whole text
+    return ContextState(ssm=rot.ssm.mean(0), conv=rot.conv.mean(0), log_decay=rot.log_decay.mean(0),
+                        num_tokens=len(rotations[0]))
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------
+def _check_method(method: str, weights) -> None:
+    if method not in METHODS:
+        hint = " (it needs the tokens: use compose_tokens)" if method in TOKEN_METHODS else ""
+        raise ValueError(f"unknown composition method {method!r}{hint}; valid methods: {', '.join(METHODS)}")
+    if method == "weighted" and weights is None:
+        raise ValueError("method 'weighted' needs weights=[w_0, ..., w_(n-1)], one number per state")
+    if method != "weighted" and weights is not None:
+        raise ValueError(f"weights= is for method 'weighted' only; {method!r} computes its own")
+
+
+def _as_weights(weights, n: int, like: Tensor) -> Tensor:
+    w = torch.as_tensor(weights, dtype=like.dtype, device=like.device)
+    if w.shape != (n,):
+        raise ValueError(f"weights must be {n} numbers, one per state; got shape {list(w.shape)}")
+    if not torch.isfinite(w).all():
+        raise ValueError("weights contain NaN or inf")
+    return w
+
+
+def _check_states(states: Sequence[ContextState]) -> None:
+    if isinstance(states, ContextState) or not isinstance(states, (list, tuple)):
+        raise ValueError("states must be a list of ContextStates (for a batch, pass batch.unbind())")
+    if not states:
+        raise ValueError("cannot compose an empty list of states (no context: use model.empty_state())")
+    n = len(states)
+    for i, s in enumerate(states):
+        if not isinstance(s, ContextState):
+            raise ValueError(f"state {i} is a {type(s).__name__}, not a ContextState")
+        if s.batched:
+            raise ValueError(f"state {i} is a batch of {s.batch_size} states; compose takes a list of single "
+                             "states: pass batch.unbind()")
+        s.check_shapes(states[0].shapes, what=f"state {i} of {n} (shapes differ from state 0)")
+        ld = s.log_decay
+        if not torch.isfinite(ld).all() or (ld > 0).any():
+            s.check_finite(what=f"state {i} of {n}")
+
+
+def _check_output(out: ContextState, states: Sequence[ContextState]) -> None:
+    """NaN/inf in any input reaches the weighted sum (even with weight 0: 0 * nan = nan), so one
+    check of the result finds it at 1/n of the cost of checking every input; only on failure are
+    the inputs searched, to name the culprit."""
+    if torch.isfinite(out.ssm).all() and torch.isfinite(out.conv).all():
+        return
+    for i, s in enumerate(states):
+        s.check_finite(what=f"state {i} of {len(states)}")
+    raise ValueError("the composed state overflowed (inf) although every input is finite")
