@@ -1,0 +1,123 @@
+"""Regenerate the bundled demo data and tokenizer (seeded: two runs give identical files).
+
+    python scripts/build_demo_data.py            # writes assets/demo_data/ and assets/tokenizer.json
+    python scripts/build_demo_data.py --out /tmp/x --seed 1
+
+Writes, under <out>/demo_data/:
+    {train,test}_retrieval.jsonl   WikiText-protocol samples (RetrievalSample.to_dict per line)
+    {train,test}_qa.jsonl          MS MARCO-shaped samples
+    {train,test}_database.jsonl    every chunk of that split's world: {"id", "text"} per line
+    skill_tasks.json               task -> {"train": [[q, a], ...], "test": [...]}
+    MANIFEST.json                  seed, counts and sha256 of every file
+and <out>/tokenizer.json (byte-level BPE, 4096 pieces, trained on train-split text only, so
+held-out names are unseen by the tokenizer too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import random
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from picaso_core.data.demo_world import World, build_world, qa_sample, render_concat, retrieval_sample, training_examples  # noqa: E402
+from picaso_core.data.skills import format_demos, load_skill_tasks  # noqa: E402
+from picaso_core.tokenizer import save, train_bpe  # noqa: E402
+
+N_ENTITIES = 240  # per split; the first N_RETRIEVAL get a retrieval sample each
+N_RETRIEVAL = 200
+N_QA = 200
+TOKENIZER_EXAMPLES = 6000  # training-stream examples the tokenizer is trained on
+VOCAB_SIZE = 4096
+
+# Generic English so the tokenizer (and a model trained with it) has pieces for ordinary prose,
+# not only the world's templates: users type their own queries in the app.
+GENERIC_ENGLISH = """\
+The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step.
+Language models read text one token at a time and predict what comes next. A state space model keeps
+a fixed-size state that summarises everything it has read so far, so its memory does not grow with
+the length of the input. When several documents are relevant to a question, their states can be
+combined instead of reading all the documents again.
+Once upon a time there was a small village at the edge of a great forest. Every morning the baker
+opened his shop, the children walked to school, and the old clock in the square struck eight.
+In the afternoon it began to rain, and people hurried home with their umbrellas and their bags.
+What is the weather like today? It is sunny and warm, but the wind is cold. Where are you going?
+I am going to the library to read about history, science, music, art, mathematics and geography.
+Numbers: 0 1 2 3 4 5 6 7 8 9 10 25 100 365 1000 2024. Punctuation: , . ; : ! ? ' " ( ) [ ] - -- ...
+Please write a short summary of the passage above. The answer is given below. Thank you very much.
+The committee met on Monday to discuss the budget, the schedule and the new building.
+Scientists measured the temperature of the water every hour and recorded the results in a table.
+She said that she would arrive before noon, but the train was late and she missed the meeting.
+"""
+
+
+def write_jsonl(path: Path, rows) -> int:
+    n = 0
+    with path.open("w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+            n += 1
+    return n
+
+
+def build_split(seed: int, split: str) -> tuple[World, list, list]:
+    """The split's world, its retrieval samples and its QA samples (pure function of seed)."""
+    rng = random.Random(f"{seed}-{split}")  # str seeds hash deterministically (sha512)
+    world = build_world(rng, N_ENTITIES, split)
+    retrieval = [retrieval_sample(world, e, rng, f"demo-{split}-r{i:04d}") for i, e in enumerate(world.entities[:N_RETRIEVAL])]
+    qa = [qa_sample(world, rng.choice(world.entities), rng, f"demo-{split}-q{i:04d}") for i in range(N_QA)]
+    return world, retrieval, qa
+
+
+def tokenizer_texts(seed: int) -> list[str]:
+    """Train-split text only: rendered training examples, every skill item, generic English."""
+    texts = [render_concat(e) for e in itertools.islice(training_examples(seed, "train"), TOKENIZER_EXAMPLES)]
+    texts += [format_demos(pairs) for pairs in load_skill_tasks("all", include_shuffled=False).values()]
+    texts += [GENERIC_ENGLISH] * 20
+    return texts
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "assets", help="folder for tokenizer.json and demo_data/")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    data_dir = args.out / "demo_data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    counts: dict[str, int] = {}
+    for split in ("train", "test"):
+        world, retrieval, qa = build_split(args.seed, split)
+        db_rows = ({"id": cid, "text": text} for cid, text in world.database.items())
+        counts[f"{split}_database.jsonl"] = write_jsonl(data_dir / f"{split}_database.jsonl", db_rows)
+        counts[f"{split}_retrieval.jsonl"] = write_jsonl(data_dir / f"{split}_retrieval.jsonl", (s.to_dict() for s in retrieval))
+        counts[f"{split}_qa.jsonl"] = write_jsonl(data_dir / f"{split}_qa.jsonl", (s.to_dict() for s in qa))
+
+    tasks = {
+        name: {"train": load_skill_tasks("train")[name], "test": load_skill_tasks("test")[name]}
+        for name in load_skill_tasks("all")
+    }
+    (data_dir / "skill_tasks.json").write_text(json.dumps(tasks, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    counts["skill_tasks.json"] = len(tasks)
+
+    save(train_bpe(tokenizer_texts(args.seed), VOCAB_SIZE), args.out / "tokenizer.json")
+
+    files = sorted(p for p in data_dir.iterdir() if p.name != "MANIFEST.json") + [args.out / "tokenizer.json"]
+    manifest = {
+        "seed": args.seed,
+        "counts": counts,
+        "sha256": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files},
+    }
+    (data_dir / "MANIFEST.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    total = sum(p.stat().st_size for p in files)
+    print(f"wrote {data_dir} and {args.out / 'tokenizer.json'}: {total / 1e6:.2f} MB, {counts}")
+
+
+if __name__ == "__main__":
+    main()
