@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from picaso_core.data.jsonl import write_chunks, write_samples  # noqa: E402
 from picaso_core.data.demo_world import World, build_world, qa_sample, render_concat, retrieval_sample, training_examples  # noqa: E402
 from picaso_core.data.skills import format_demos, load_skill_tasks  # noqa: E402
 from picaso_core.tokenizer import save, train_bpe  # noqa: E402
@@ -57,15 +58,6 @@ She said that she would arrive before noon, but the train was late and she misse
 """
 
 
-def write_jsonl(path: Path, rows) -> int:
-    n = 0
-    with path.open("w", encoding="utf-8", newline="\n") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
-            n += 1
-    return n
-
-
 def build_split(seed: int, split: str) -> tuple[World, list, list]:
     """The split's world, its retrieval samples and its QA samples (pure function of seed)."""
     rng = random.Random(f"{seed}-{split}")  # str seeds hash deterministically (sha512)
@@ -94,10 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     counts: dict[str, int] = {}
     for split in ("train", "test"):
         world, retrieval, qa = build_split(args.seed, split)
-        db_rows = ({"id": cid, "text": text} for cid, text in world.database.items())
-        counts[f"{split}_database.jsonl"] = write_jsonl(data_dir / f"{split}_database.jsonl", db_rows)
-        counts[f"{split}_retrieval.jsonl"] = write_jsonl(data_dir / f"{split}_retrieval.jsonl", (s.to_dict() for s in retrieval))
-        counts[f"{split}_qa.jsonl"] = write_jsonl(data_dir / f"{split}_qa.jsonl", (s.to_dict() for s in qa))
+        write_chunks(world.database, data_dir / f"{split}_database.jsonl")
+        write_samples(retrieval, data_dir / f"{split}_retrieval.jsonl")
+        write_samples(qa, data_dir / f"{split}_qa.jsonl")
+        counts.update({f"{split}_database.jsonl": len(world.database), f"{split}_retrieval.jsonl": len(retrieval), f"{split}_qa.jsonl": len(qa)})
 
     tasks = {
         name: {"train": load_skill_tasks("train")[name], "test": load_skill_tasks("test")[name]}

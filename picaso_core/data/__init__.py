@@ -1,5 +1,80 @@
-"""Datasets for PICASO Explorer: the generated demo world, WikiText-2, MS MARCO, user .jsonl."""
+"""Datasets for PICASO Explorer: the generated demo world, WikiText-2, MS MARCO, user .jsonl.
 
-from picaso_core.data.schema import Corpus, RetrievalSample
+    corpus = load_corpus("demo", split="test")              # held-out retrieval samples
+    corpus = load_corpus("demo", split="test", kind="qa")   # MS MARCO-shaped QA samples
+    corpus = load_corpus("wikitext", split="test")          # hub; fails fast offline
+    corpus = load_corpus("msmarco", split="validation")     # hub; fails fast offline
+    corpus = load_corpus("my_data.jsonl")                   # format: picaso_core/data/jsonl.py
+    for sample in corpus: sample.query, sample.continuation, sample.contexts, sample.gold_ids
 
-__all__ = ["Corpus", "RetrievalSample"]
+Every loader returns a `Corpus` of `RetrievalSample`s (schema.py) and its chunk database.
+This package imports `datasets` only inside the hub loaders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from picaso_core.data.demo_world import CONTEXT_SEP, render_concat, render_parts, training_examples
+from picaso_core.data.jsonl import load_jsonl, read_chunks, read_samples, write_chunks, write_samples
+from picaso_core.data.schema import Corpus, RetrievalSample, qa_prompt
+from picaso_core.data.skills import format_demos, format_query, load_skill_tasks, skill_query
+
+DEMO_DATA_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_data"
+DEMO_SPLITS = ("train", "test")
+CORPORA = ("demo", "wikitext", "msmarco")
+_DEFAULT_KIND = {"demo": "retrieval", "wikitext": "retrieval", "msmarco": "qa"}
+
+__all__ = [
+    "CONTEXT_SEP", "CORPORA", "Corpus", "RetrievalSample", "format_demos", "format_query", "load_corpus",
+    "load_demo", "load_jsonl", "load_skill_tasks", "qa_prompt", "read_chunks", "read_samples",
+    "render_concat", "render_parts", "skill_query", "training_examples", "write_chunks", "write_samples",
+]
+
+
+def load_demo(split: str = "test", kind: str = "retrieval", data_dir: str | Path | None = None) -> Corpus:
+    """The bundled demo world (assets/demo_data, made by scripts/build_demo_data.py).
+
+    Args:
+        split: "test" (held-out entities, for evaluation) or "train".
+        kind: "retrieval" (WikiText protocol) or "qa" (MS MARCO shape).
+    """
+    if split not in DEMO_SPLITS:
+        raise ValueError(f"demo split must be one of {DEMO_SPLITS}, got {split!r}")
+    if kind not in ("retrieval", "qa"):
+        raise ValueError(f"demo kind must be 'retrieval' or 'qa', got {kind!r}")
+    folder = Path(data_dir) if data_dir is not None else DEMO_DATA_DIR
+    samples_path, db_path = folder / f"{split}_{kind}.jsonl", folder / f"{split}_database.jsonl"
+    if not samples_path.is_file() or not db_path.is_file():
+        raise FileNotFoundError(f"demo data missing in {folder}; regenerate it with `python scripts/build_demo_data.py`")
+    corpus = load_jsonl(samples_path, database=db_path, name="demo", split=split)
+    return corpus
+
+
+def load_corpus(name: str, split: str = "test", kind: str | None = None, **kwargs) -> Corpus:
+    """A corpus by name ("demo", "wikitext", "msmarco") or a path to a .jsonl file.
+
+    Args:
+        split: demo: "train" | "test"; wikitext: "train" | "validation" | "test";
+            msmarco: "train" | "validation" ("test" = validation); ignored for a .jsonl path.
+        kind: "retrieval" | "qa"; default: the corpus's own (demo: retrieval). WikiText only has
+            retrieval samples and MS MARCO only QA samples.
+        kwargs: passed to the loader (wikitext: unit, min_words; demo: data_dir; jsonl: database).
+    Raises:
+        ValueError for an unknown name, split or kind, or a malformed .jsonl line;
+        RuntimeError at once when a hub corpus cannot be downloaded (message names "demo").
+    """
+    if name not in CORPORA:
+        if str(name).endswith(".jsonl") or Path(name).is_file():
+            return load_jsonl(name, **kwargs)
+        raise ValueError(f"unknown corpus {name!r}: use one of {CORPORA} or a path to a .jsonl file")
+    kind = kind or _DEFAULT_KIND[name]
+    if name == "demo":
+        return load_demo(split, kind, **kwargs)
+    if kind != _DEFAULT_KIND[name]:
+        raise ValueError(f"{name} has only {_DEFAULT_KIND[name]!r} samples, got kind={kind!r}")
+    from picaso_core.data import hub  # imports `datasets` lazily
+
+    if name == "wikitext":
+        return hub.load_wikitext(split, **kwargs)
+    return hub.load_msmarco(split, **kwargs)

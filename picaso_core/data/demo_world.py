@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from picaso_core.data.schema import RetrievalSample
+from picaso_core.data.schema import RetrievalSample, qa_prompt
 from picaso_core.data.skills import format_demos, format_query, load_skill_tasks
 from picaso_core.data.world import ENTITY_TYPES, Entity, make_entity, make_name, mentions
 
@@ -117,11 +117,6 @@ def retrieval_sample(world: World, target: Entity, rng: random.Random, sample_id
         kind="retrieval",
         meta={"entity": target.name, "type": target.etype.name, "attributes": attrs, "values": values},
     )
-
-
-def qa_prompt(question: str) -> str:
-    """The query text of a QA sample; the answer follows with a leading space."""
-    return f"Question: {question}\nAnswer:"
 
 
 def qa_sample(world: World, target: Entity, rng: random.Random, sample_id: str) -> RetrievalSample:

@@ -18,6 +18,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator, Literal
 
 SampleKind = Literal["retrieval", "qa"]
+QA_PROMPT = "Question: {question}\nAnswer:"  # every QA corpus (demo, MS MARCO) uses this query
+
+
+def qa_prompt(question: str) -> str:
+    """The query text of a QA sample; the answer follows as the continuation, with a leading space."""
+    return QA_PROMPT.format(question=question.strip())
+
 KINDS: tuple[str, ...] = ("retrieval", "qa")
 
 
