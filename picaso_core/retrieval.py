@@ -154,6 +154,14 @@ class Retriever:
         q = _normalise(self.embedder([query]))[0]
         return self.embeddings @ q if len(self.ids) else torch.zeros(0)
 
+    def similarity(self, query: str, ids: Sequence[str]) -> list[float]:
+        """Cosine similarity of `query` to each of `ids` (e.g. contexts picked by hand)."""
+        missing = [cid for cid in ids if cid not in self._row]
+        if missing:
+            raise KeyError(f"ids {missing[:5]} are not indexed by this retriever; call update(store) after store.add")
+        s = self.scores(query)
+        return [float(s[self._row[cid]]) for cid in ids]
+
     def retrieve(
         self, query: str, k: int, *, exclude: Iterable[str] = (), best_last: bool = False
     ) -> list[tuple[str, float]]:
