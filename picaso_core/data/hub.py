@@ -25,7 +25,6 @@ MSMARCO_REPO, MSMARCO_CONFIG = "microsoft/ms_marco", "v2.1"
 NO_ANSWER = "No Answer Present."
 OFFLINE_FIX = "offline, use load_corpus('demo', ...) (bundled) or a .jsonl file of your own"
 
-_HEADING = re.compile(r"^\s*(=+)\s*(.*?)\s*\1\s*$")  # " = Title = ", " = = Section = = "
 
 
 # --------------------------------------------------------------------------------------------
@@ -42,6 +41,16 @@ def split_halves(text: str) -> tuple[str, str] | None:
         return None
     cut = words[len(words) // 2 - 1].end()
     return text[:cut], text[cut:]
+
+
+def _heading(line: str) -> tuple[int, str]:
+    """(level, title) of a WikiText heading line (" = Title = " is 1, " = = Section = = " is 2);
+    (0, "") for any other line."""
+    words = line.split()
+    level = 0
+    while level < len(words) // 2 and words[level] == "=" and words[-1 - level] == "=":
+        level += 1
+    return (level, " ".join(words[level : len(words) - level])) if level else (0, "")
 
 
 def wikitext_passages(rows: Iterable[dict], unit: str = "paragraph") -> list[tuple[str, str]]:
@@ -62,14 +71,13 @@ def wikitext_passages(rows: Iterable[dict], unit: str = "paragraph") -> list[tup
         article.clear()
 
     for row in rows:
-        line = row["text"]
-        m = _HEADING.match(line)
-        if m:
-            if len(m.group(1)) == 1:  # a new article
+        line = row["text"].strip()
+        level, heading = _heading(line)
+        if level:
+            if level == 1:  # a new article
                 flush()
-                title = m.group(2)
+                title = heading
             continue
-        line = line.strip()
         if not line:
             continue
         if unit == "paragraph":
@@ -164,11 +172,15 @@ def _load_rows(repo: str, config: str, split: str):
     import datasets
 
     if hub_offline():
-        datasets.config.HF_HUB_OFFLINE = True  # env may have been set after datasets was imported
+        # The env var may have been set after `datasets` read it at import: force cache-only.
+        was = datasets.config.HF_HUB_OFFLINE
+        datasets.config.HF_HUB_OFFLINE = True
         try:
             return datasets.load_dataset(repo, config, split=split)
         except Exception as e:
             raise RuntimeError(f"{repo} ({config}, {split}) is not in the local cache and the hub is offline; {OFFLINE_FIX}") from e
+        finally:
+            datasets.config.HF_HUB_OFFLINE = was
     try:
         from huggingface_hub import HfApi
 
