@@ -1,0 +1,110 @@
+"""The Tokenizer wrapper: exact round trips, EOS handling, held-out coverage, fast hub failure."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models
+
+from picaso_core.data import load_corpus
+from picaso_core.tokenizer import EOS_TOKEN, Tokenizer, train_bpe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer.from_pretrained_dir(ROOT / "assets")
+
+
+def test_demo_tokenizer_basics(tok):
+    assert tok.vocab_size == 4096
+    assert tok.eos_id == 0 and tok.decode([tok.eos_id]) == EOS_TOKEN
+    assert tok.eos_id not in tok.encode("Velmora was founded in 1423.")  # no special tokens added
+    assert tok.encode(EOS_TOKEN) == [tok.eos_id]  # but the literal marker maps to EOS
+    assert all(0 <= i < tok.vocab_size for i in tok.encode("any text at all, ünïcödé 🙂"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Velmora is a city in the northern province of Tarrix.\n\nIts river is the Quell.",
+        "café — naïve façade, 日本語, Ελληνικά, emoji 🙂👍🏽",
+        "line one\nline two\r\n\ttabbed  double  spaces   \n\n\n",
+        "Egypt → Cairo\nPoland → Warsaw\nFrance →",
+        "0123456789 1423 3.14159 -42 1,000,000",
+        "",
+        " leading and trailing spaces ",
+    ],
+)
+def test_round_trip(tok, text):
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_round_trip_on_world_text(tok):
+    corpus = load_corpus("demo", split="test")
+    for s in corpus.samples[:50]:
+        for text in (s.query, s.continuation, *s.context_texts):
+            assert tok.decode(tok.encode(text)) == text
+
+
+def test_arrow_and_digits(tok):
+    # " →" is one learned piece (it starts every skill answer's line), digits are one per token
+    assert len(tok.encode(" →")) == 1
+    ids = tok.encode(" 1423")
+    assert tok.token_strings(ids)[-4:] == ["1", "4", "2", "3"]
+    assert tok.token_strings(tok.encode("Egypt → Cairo")) == ["Egypt", " →", " Cairo"]
+
+
+def test_heldout_names_use_learned_pieces(tok):
+    """The tokenizer saw only training names, yet held-out names split into syllable-sized
+    pieces it knows, never into raw bytes."""
+    corpus = load_corpus("demo", split="test")
+    names = {s.meta["entity"].split()[0] for s in corpus if s.meta["type"] in ("city", "person")}
+    assert len(names) > 50
+    total = 0
+    for name in names:
+        pieces = tok.token_strings(tok.encode(" " + name))
+        assert "".join(pieces) == " " + name
+        assert all(p.strip().isalpha() for p in pieces), pieces
+        total += len(pieces)
+    assert total / len(names) <= 3.5  # about one piece per 2-3-letter syllable, not per letter
+
+
+def test_encode_batch_matches_encode(tok):
+    texts = ["one → two", "Mount Tarrix is 4821 metres high.", ""]
+    assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
+
+
+def test_train_bpe_is_deterministic():
+    texts = ["Velmora was founded in 1423 by Osric Dallen.", "one → two\ntwo → three\n"] * 50
+    a, b = train_bpe(texts, vocab_size=300), train_bpe(texts, vocab_size=300)
+    assert a._tok.to_str() == b._tok.to_str()
+    assert a.eos_id == 0 and a.decode(a.encode(texts[0])) == texts[0]
+
+
+def test_loading_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="build_demo_data"):
+        Tokenizer.from_file(tmp_path / "missing.json")
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        Tokenizer.from_pretrained_dir(tmp_path)
+    with pytest.raises(ValueError, match="EOS"):
+        Tokenizer(HFTokenizer(models.BPE()))
+
+
+def test_same_loading_path_for_any_tokenizer_json(tmp_path, tok):
+    """A checkpoint folder with its own tokenizer.json loads exactly like the demo one."""
+    (tmp_path / "tokenizer.json").write_text((ROOT / "assets/tokenizer.json").read_text(encoding="utf-8"), encoding="utf-8")
+    other = Tokenizer.from_pretrained_dir(tmp_path)
+    assert other.encode("Velmora → Tarrix") == tok.encode("Velmora → Tarrix")
+
+
+def test_from_hub_fails_fast_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="from_pretrained_dir"):
+        Tokenizer.from_hub("picaso-explorer-tests/no-such-tokenizer")
+    assert time.monotonic() - start < 5
