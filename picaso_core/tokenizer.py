@@ -70,6 +70,7 @@ class Tokenizer:
         if hub_offline():
             raise RuntimeError(f"tokenizer for {repo_id!r} is not cached and the hub is offline (HF_HUB_OFFLINE); {fix}")
         try:
+            check_hub_reachable(repo_id, "model")  # hf_hub_download itself retries for ~25 s
             path = hf_hub_download(repo_id, "tokenizer.json", revision=revision, etag_timeout=HUB_TIMEOUT_S)
         except Exception as e:  # connection, DNS, 404, gated repo: all mean "not available here"
             raise RuntimeError(f"could not download tokenizer.json from {repo_id!r} ({type(e).__name__}: {e}); {fix}") from e
@@ -98,6 +99,17 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, eos_id={self.eos_id}, source={self.source!r})"
+
+
+def check_hub_reachable(repo_id: str, repo_type: str) -> None:
+    """One metadata request with a short timeout and no retries; raises if the repo cannot be
+    reached (no network, unknown repo). Download helpers retry with backoff for tens of seconds,
+    so callers ask this first to fail fast."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    info = api.dataset_info if repo_type == "dataset" else api.model_info
+    info(repo_id, timeout=HUB_TIMEOUT_S)
 
 
 def hub_offline() -> bool:

@@ -108,3 +108,19 @@ def test_from_hub_fails_fast_offline(monkeypatch):
     with pytest.raises(RuntimeError, match="from_pretrained_dir"):
         Tokenizer.from_hub("picaso-explorer-tests/no-such-tokenizer")
     assert time.monotonic() - start < 5
+
+
+def test_from_hub_fails_fast_without_network(monkeypatch):
+    """Not in offline mode: a short metadata probe fails (connect error here, 404 online)
+    before hf_hub_download's retries could take tens of seconds."""
+    import huggingface_hub.constants
+
+    from picaso_core.tokenizer import HUB_TIMEOUT_S
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="demo model"):
+        Tokenizer.from_hub("picaso-explorer-tests/no-such-tokenizer")
+    assert time.monotonic() - start < HUB_TIMEOUT_S + 5

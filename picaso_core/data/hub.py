@@ -18,7 +18,7 @@ import re
 from typing import Iterable
 
 from picaso_core.data.schema import Corpus, RetrievalSample, qa_prompt
-from picaso_core.tokenizer import HUB_TIMEOUT_S, hub_offline
+from picaso_core.tokenizer import check_hub_reachable, hub_offline
 
 WIKITEXT_REPO, WIKITEXT_CONFIG = "Salesforce/wikitext", "wikitext-2-raw-v1"
 MSMARCO_REPO, MSMARCO_CONFIG = "microsoft/ms_marco", "v2.1"
@@ -182,9 +182,7 @@ def _load_rows(repo: str, config: str, split: str):
         finally:
             datasets.config.HF_HUB_OFFLINE = was
     try:
-        from huggingface_hub import HfApi
-
-        HfApi().dataset_info(repo, timeout=HUB_TIMEOUT_S)
+        check_hub_reachable(repo, "dataset")
     except Exception as e:
         raise RuntimeError(
             f"cannot reach the Hugging Face hub for {repo} ({type(e).__name__}: {e}); {OFFLINE_FIX} "
