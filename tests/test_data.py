@@ -29,7 +29,7 @@ from picaso_core.data import (
 from picaso_core.data import hub
 from picaso_core.data.demo_world import build_world, qa_sample, retrieval_sample
 from picaso_core.data.skills import ARROW, SHUFFLED_SUFFIX
-from picaso_core.data.world import COMPANY_SUFFIXES, ENTITY_TYPES, mentions, name_split
+from picaso_core.data.world import COMPANY_SUFFIXES, ENTITY_TYPES, draw_value, mentions, name_split
 from picaso_core.tokenizer import HUB_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,6 +160,19 @@ def test_generated_samples_satisfy_invariants_for_every_type():
         for s in (retrieval_sample(world, e, rng, f"r{i}"), qa_sample(world, e, rng, f"q{i}")):
             gold = " ".join(t for cid, t in s.contexts if cid in s.gold_ids)
             assert all(mentions(gold, v) and not mentions(s.query, v) for v in s.meta["values"])
+
+
+def test_templates_keep_values_verbatim():
+    """Entity.fill capitalises a sentence's first letter, so a template may open with {v} only
+    when the value is already capitalised (else "the X Sea" would become "The X Sea")."""
+    rng = random.Random(0)
+    for etype in ENTITY_TYPES.values():
+        for attr in etype.attributes:
+            assert len(attr.chunk) >= 3 and attr.restate and "{e}" in attr.question
+            for template in (*attr.chunk, *attr.restate):
+                assert "{v}" in template
+                if template.startswith("{v}"):
+                    assert all(draw_value(attr.kind, rng, "train")[0].isupper() for _ in range(20)), template
 
 
 def test_render_concat_and_order():
