@@ -1,0 +1,68 @@
+"""PICASO Explorer: the Gradio app.
+
+    python app.py                                   # bundled demo model + demo corpus, offline
+    python app.py --model state-spaces/mamba2-370m --corpus wikitext
+    python app.py --model ./my_checkpoint --corpus my_data.jsonl --port 8080
+
+Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
+line): PICASO_MODEL, PICASO_CORPUS, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS, PICASO_DEVICE,
+GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins over its variable.
+
+The model, corpus, state store and retriever load once (picaso_core.ui.resources) and are shared
+read-only by every user; per-user data lives in gr.State inside the tabs. Each tab is a module of
+picaso_core.ui, rendered here in the order a talk walks through them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import gradio as gr
+
+from picaso_core.ui import compose_tab
+from picaso_core.ui.layout import CSS, THEME, header
+from picaso_core.ui.resources import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, Resources, load_resources
+
+TABS = (compose_tab,)
+
+
+def build_app(res: Resources) -> gr.Blocks:
+    with gr.Blocks(title="PICASO Explorer") as demo:
+        header(res)
+        with gr.Tabs():
+            for tab in TABS:
+                with gr.Tab(tab.TITLE):
+                    tab.render(res)
+    return demo
+
+
+def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None) -> argparse.Namespace:
+    env = dict(os.environ if env is None else env)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=env.get("PICASO_MODEL", "demo"),
+                   help="'demo', a local checkpoint folder, or a hub id such as state-spaces/mamba2-370m [PICASO_MODEL]")
+    p.add_argument("--corpus", default=env.get("PICASO_CORPUS", "demo"),
+                   help="demo | wikitext | msmarco | path/to/file.jsonl [PICASO_CORPUS]")
+    p.add_argument("--split", default=env.get("PICASO_SPLIT", DEFAULT_SPLIT), help="corpus split [PICASO_SPLIT]")
+    p.add_argument("--cache-dir", default=env.get("PICASO_CACHE", str(DEFAULT_CACHE)),
+                   help="where state stores are kept, one folder per corpus and model [PICASO_CACHE]")
+    p.add_argument("--max-tokens", type=int, default=int(env.get("PICASO_MAX_TOKENS", DEFAULT_MAX_TOKENS)),
+                   help="most context tokens one request may compose [PICASO_MAX_TOKENS]")
+    p.add_argument("--device", default=env.get("PICASO_DEVICE") or None, help="cpu, cuda, ... [PICASO_DEVICE]")
+    p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                   help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
+    p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT") or env.get("PORT") or 7860),
+                   help="[GRADIO_SERVER_PORT or PORT]")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.device)
+    demo = build_app(res)
+    demo.queue().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, show_error=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""App latency: building the demo state store (contexts / s), and click-to-results of /compose.
+
+    python bench/app_latency.py                          # the bundled demo model, demo corpus
+    python bench/app_latency.py --model /path/to/folder  # any model folder
+    python bench/app_latency.py --tiny                   # a random tiny model (before the demo exists)
+
+1. Store build: encode every context of the corpus into a fresh folder, batched (StateStore.build);
+   reported as contexts / s and tokens / s, plus the retriever's embedding time and the time to
+   reopen the store (what every later app start pays).
+2. Click to results: `python app.py` serving that store on a free port, driven by gradio_client:
+   `/compose` with k contexts for corpus queries; wall-clock per call from predict() to the result,
+   after one warm-up call. Target (issue 5): under 3 s for k = 5 on the demo model on CPU.
+Prints a table and writes JSON to bench/out/app_latency.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def make_tiny_model(folder: Path) -> Path:
+    """A random 2-layer Mamba-2 with the demo tokenizer, saved where load_model reads it."""
+    import torch
+
+    from picaso_core import ModelConfig, SSMLanguageModel
+    from picaso_core.loading import save_model
+    from picaso_core.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_file(ROOT / "assets" / "tokenizer.json")
+    torch.manual_seed(0)
+    model = SSMLanguageModel(ModelConfig(d_model=64, n_layer=2, vocab_size=tok.vocab_size,
+                                         ssm_cfg=dict(layer="Mamba2", d_state=16, headdim=16, chunk_size=32)))
+    model.tokenizer = tok
+    save_model(model, folder)
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_build(model_name: str, corpus: str, split: str, cache: Path) -> dict:
+    from picaso_core.data import load_corpus
+    from picaso_core.loading import load_model
+    from picaso_core.retrieval import Retriever
+    from picaso_core.store import StateStore
+    from picaso_core.ui.resources import CONTEXT_SUFFIX, store_folder
+
+    model = load_model(model_name)
+    model.name_or_path = model_name
+    db = load_corpus(corpus, split).database
+    folder = store_folder(cache, corpus, split, model.fingerprint())
+    t = time.perf_counter()
+    store = StateStore.build(model, db.items(), folder, suffix=CONTEXT_SUFFIX, progress=False)
+    build_s = time.perf_counter() - t
+    tokens = sum(store.num_tokens(c) for c in store.ids)
+    t = time.perf_counter()
+    Retriever.for_store(store)
+    embed_s = time.perf_counter() - t
+    t = time.perf_counter()
+    StateStore.open(folder, model).get_many(store.ids[:5])
+    reopen_s = time.perf_counter() - t
+    return {"contexts": len(store), "tokens": tokens, "build_s": build_s, "contexts_per_s": len(store) / build_s,
+            "tokens_per_s": tokens / build_s, "store_mib": store.nbytes / 2**20, "embed_s": embed_s,
+            "reopen_and_load_5_s": reopen_s}
+
+
+def bench_compose(model_name: str, corpus: str, split: str, cache: Path, k: int, calls: int, timeout: float) -> dict:
+    from gradio_client import Client
+
+    from picaso_core.data import load_corpus
+
+    samples = [s for s in load_corpus(corpus, split).samples][: calls + 1]
+    port = free_port()
+    log = open(cache / "app.log", "w")
+    t = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py"), "--model", model_name, "--corpus", corpus, "--split", split,
+         "--cache-dir", str(cache), "--port", str(port)],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        client = None
+        while client is None:
+            if proc.poll() is not None or time.perf_counter() - t > timeout:
+                raise RuntimeError(f"app did not start (see {cache / 'app.log'}):\n{(cache / 'app.log').read_text()[-2000:]}")
+            try:
+                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+            except Exception:
+                time.sleep(0.5)
+        startup_s = time.perf_counter() - t
+        times = []
+        for s in samples:
+            t0 = time.perf_counter()
+            out = client.predict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id,
+                                 api_name="/compose")
+            times.append(time.perf_counter() - t0)
+        warmup, times = times[0], times[1:]  # the first call reads shards and runs the first forwards
+        methods = [row[0] for row in out[2]["data"]]
+        return {"k": k, "calls": len(times), "startup_s": startup_s, "warmup_s": warmup,
+                "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "methods": methods}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="demo", help="demo | a model folder")
+    p.add_argument("--tiny", action="store_true", help="bench a random tiny model instead of --model")
+    p.add_argument("--corpus", default="demo")
+    p.add_argument("--split", default="test")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--calls", type=int, default=5, help="timed /compose calls (after one warm-up)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the app to start")
+    p.add_argument("--out", default=str(ROOT / "bench" / "out" / "app_latency.json"))
+    args = p.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = str(make_tiny_model(tmp / "tiny_model")) if args.tiny else args.model
+        build = bench_build(model, args.corpus, args.split, tmp)
+        compose = bench_compose(model, args.corpus, args.split, tmp, args.k, args.calls, args.timeout)
+    import torch
+
+    result = {"model": "tiny (random)" if args.tiny else args.model, "corpus": f"{args.corpus}/{args.split}",
+              "torch_threads": torch.get_num_threads(), "build": build, "compose": compose}
+    print(f"model {result['model']} · corpus {result['corpus']} · {result['torch_threads']} torch threads")
+    print(f"store build   {build['contexts']} contexts, {build['tokens']} tokens in {build['build_s']:.2f} s: "
+          f"{build['contexts_per_s']:.0f} contexts/s, {build['tokens_per_s']:.0f} tokens/s, {build['store_mib']:.1f} MiB")
+    print(f"embeddings    {build['embed_s']:.2f} s (MiniLM, once per store)   reopen + load 5 states {build['reopen_and_load_5_s']:.3f} s")
+    print(f"app start     {compose['startup_s']:.1f} s (store cached)   warm-up call {compose['warmup_s']:.2f} s")
+    print(f"/compose k={args.k}  median {compose['median_s']:.2f} s  (min {compose['min_s']:.2f}, max {compose['max_s']:.2f}, "
+          f"{compose['calls']} calls; target < 3 s)   methods: {', '.join(compose['methods'])}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,335 @@
+"""Compose & compare: retrieve (or pick) contexts for a query, run every composition method on their
+stored states, and compare continuation loss, time and generations side by side.
+
+Handlers are plain functions at the top (tested without a server); `render` lays the tab out and
+wires them. The API endpoint `/compose` takes `query` (required) and optional settings, so it can
+be scripted with gradio_client:
+    Client(url).predict(query="...", k=5, api_name="/compose")
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, replace
+
+import gradio as gr
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from picaso_core.ui.resources import Resources
+
+TITLE = "Compose & compare"
+K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate beyond
+MAX_NEW_TOKENS = 64
+EXAMPLES_SHOWN = 300  # corpus examples offered in the picker
+
+# (method id in picaso_core.evaluate, label, one line for the legend, colour)
+METHODS = (
+    ("none", "No context", "the query alone: the baseline every method should beat", "#9ca3af"),
+    ("concat", "Concat", "process the contexts' tokens after the first one's stored state (sec. 6.2)", "#1d4ed8"),
+    ("soup", "Soup", "the plain mean of the stored states", "#93c5fd"),
+    ("caso", "CASO", "x_n + Σ A_n⋯A_{i+1} x_i: Concat's state for one layer, from states alone (eq. 3)", "#14b8a6"),
+    ("picaso_s", "PICASO-S", "CASO averaged over all n! orders, in closed form (prop. 2)", "#f59e0b"),
+    ("picaso_r", "PICASO-R", "CASO averaged over the n cyclic orders (prop. 3)", "#ea580c"),
+    ("picconcat_r", "PICConcat-R", "mean state of the n rotated concatenations: most accurate, most costly", "#7c3aed"),
+)
+LABEL = {m: label for m, label, _, _ in METHODS}
+COLOR = {m: c for m, _, _, c in METHODS}
+NO_CONTINUATION_NOTE = (
+    "No expected continuation given, so there is nothing to score: the loss columns are empty and "
+    "the methods are compared by their generations and timings. (Scoring the model's own greedy "
+    "continuation would favour whichever method generated it.)"
+)
+
+
+# ---- handlers: plain functions --------------------------------------------------------------
+@dataclass
+class Context:
+    """One context as used in a run, in composition order."""
+
+    cid: str
+    text: str
+    num_tokens: int
+    score: float  # cosine similarity to the query
+    gold: bool  # known to hold what the continuation needs (corpus label)
+
+
+def example_choices(res: Resources) -> list[tuple[str, str]]:
+    return [(f"{s.sample_id} · {_clip(s.query, 80)}", s.sample_id) for s in res.corpus.samples[:EXAMPLES_SHOWN]]
+
+
+def context_choices(res: Resources) -> list[tuple[str, str]]:
+    return [(f"{cid} · {_clip(res.store.text(cid), 60)}", cid) for cid in res.store.ids]
+
+
+def pick_example(res: Resources, sample_id: str | None) -> tuple[str, str]:
+    """Query and continuation of a corpus example (for the two text boxes)."""
+    if not sample_id:
+        return "", ""
+    s = _sample(res, sample_id)
+    return s.query, s.continuation
+
+
+def choose_contexts(
+    res: Resources, query: str, k: int, picked: list[str] | None, most_relevant_last: bool, sample_id: str | None
+) -> list[Context]:
+    """The contexts of a run, in the order they are composed (the last one sits next to the query).
+
+    Hand-picked ids keep the order given; otherwise the top-k retrieved, most relevant last when
+    `most_relevant_last` (the paper's best-case order for Concat, sec. 6.2). An example's own chunks
+    (`exclude_ids`, the WikiText protocol) are never retrieved.
+    """
+    sample = _sample(res, sample_id) if sample_id else None
+    if sample is not None and sample.query != query:
+        sample = None  # the query was edited: no longer that example
+    gold = set(sample.gold_ids) if sample else set()
+    if picked:
+        unknown = [c for c in picked if c not in res.store]
+        if unknown:
+            raise gr.Error(f"unknown context ids {unknown[:5]}: pick them from the list")
+        hits = list(zip(picked, res.retriever.similarity(query, picked)))
+    else:
+        if not 1 <= k <= min(K_MAX, len(res.store)):
+            raise gr.Error(f"k = {k} is out of range: retrieve between 1 and {min(K_MAX, len(res.store))} contexts")
+        hits = res.retriever.retrieve(query, k, exclude=sample.exclude_ids if sample else (), best_last=most_relevant_last)
+    return [Context(cid, res.store.text(cid), res.store.num_tokens(cid), score, cid in gold) for cid, score in hits]
+
+
+def run_compose(
+    res: Resources,
+    query: str,
+    continuation: str = "",
+    k: int = 5,
+    picked: list[str] | None = None,
+    most_relevant_last: bool = True,
+    max_new_tokens: int = 24,
+    sample_id: str | None = None,
+    progress=lambda *a, **kw: None,
+):
+    """Run every method on one query. Returns (contexts, results, scored).
+
+    Raises gr.Error on bad input: an empty query, k out of range, unknown ids, or contexts longer
+    than `res.max_tokens` tokens in total.
+    """
+    from picaso_core.evaluate import run_methods
+
+    if not query or not query.strip():
+        raise gr.Error("Type a query, or pick an example from the corpus.")
+    k, max_new_tokens = int(k), int(max_new_tokens)
+    if not 0 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise gr.Error(f"tokens to generate must be between 0 and {MAX_NEW_TOKENS}, got {max_new_tokens}")
+    progress(0.05, desc="retrieving contexts")
+    contexts = choose_contexts(res, query, k, picked, most_relevant_last, sample_id)
+    total = sum(c.num_tokens for c in contexts)
+    if total > res.max_tokens:
+        raise gr.Error(
+            f"The {len(contexts)} contexts hold {total} tokens; this app composes at most {res.max_tokens}. "
+            "Lower k or pick shorter contexts (or start the app with a larger --max-tokens)."
+        )
+    tok = res.model.tokenizer
+    query_ids = tok.encode(query)
+    scored = bool(continuation)
+    # run_methods scores a continuation of at least one token. With none given, it scores EOS and
+    # the losses are dropped (see NO_CONTINUATION_NOTE); timings and generations are kept.
+    continuation_ids = tok.encode(continuation) if scored else [tok.eos_id]
+    progress(0.15, desc=f"loading {len(contexts)} stored states")
+    ids = [c.cid for c in contexts]
+    states = res.store.get_many(ids)
+    context_ids = [res.store.token_ids(cid) for cid in ids]
+    progress(0.3, desc=f"composing with {len(METHODS)} methods, generating {max_new_tokens} tokens each")
+    results = run_methods(
+        res.model, query_ids, continuation_ids, context_ids, context_states=states,
+        methods=tuple(m for m, *_ in METHODS), generate_tokens=max_new_tokens, seed=0,
+    )
+    progress(1.0, desc="done")
+    if not scored:
+        results = [replace(r, loss=float("nan"), ppl=float("nan")) for r in results]
+    return contexts, results, scored
+
+
+# ---- formatting: plain functions too --------------------------------------------------------
+def contexts_html(contexts: list[Context]) -> str:
+    """The contexts as numbered cards in composition order, then the query."""
+    cards = []
+    for i, c in enumerate(contexts, 1):
+        gold = '<span class="px-gold" title="labelled as holding the answer">gold</span>' if c.gold else ""
+        cards.append(
+            f'<div class="px-ctx"><div class="px-ctx-head"><span class="px-num">{i}</span>'
+            f'<code>{html.escape(c.cid)}</code>{gold}<span class="px-meta">cos {c.score:.2f} · {c.num_tokens} tok</span></div>'
+            f'<div class="px-ctx-text">{html.escape(_clip(c.text, 220))}</div></div>'
+        )
+    cards.append('<div class="px-ctx px-query"><div class="px-ctx-head"><span class="px-num">Q</span>query</div></div>')
+    return '<div class="px-order">' + '<span class="px-arrow">→</span>'.join(cards) + "</div>"
+
+
+def results_table(results) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        rows.append({
+            "Method": LABEL[r.method],
+            "Loss": _num(r.loss, 3),
+            "Perplexity": _num(r.ppl, 2),
+            "Compose (ms)": round(r.compose_s * 1e3, 2),
+            "Process (ms)": round(r.process_s * 1e3, 2),
+        })
+    return pd.DataFrame(rows)
+
+
+def results_plot(results, scored: bool) -> go.Figure:
+    """Loss per method (left) and time to compose / process per method, log scale (right)."""
+    labels = [LABEL[r.method] for r in results]
+    colors = [COLOR[r.method] for r in results]
+    fig = make_subplots(
+        rows=1, cols=2, horizontal_spacing=0.1,
+        subplot_titles=("Continuation loss (nats / token, lower is better)" if scored else "No continuation to score",
+                        "Time per method (ms, log scale)"),
+    )
+    if scored:
+        fig.add_bar(x=labels, y=[r.loss for r in results], marker_color=colors, showlegend=False,
+                    text=[f"{r.loss:.3f}" for r in results], textposition="outside", row=1, col=1)
+        lo = min(r.loss for r in results)
+        hi = max(r.loss for r in results)
+        fig.update_yaxes(range=[max(0.0, lo - 0.25 * (hi - lo + 1e-3)), hi + 0.15 * (hi - lo + 1e-3)], row=1, col=1)
+    for name, attr, color in (("compose", "compose_s", "#0f766e"), ("process", "process_s", "#cbd5e1")):
+        # zero (no context composes nothing) has no place on a log axis: no bar
+        fig.add_bar(x=labels, y=[getattr(r, attr) * 1e3 or None for r in results], name=f"time to {name}",
+                    marker_color=color, row=1, col=2)
+    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=20, t=50, b=40), template="plotly_white",
+                      legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
+    return fig
+
+
+def generations_html(results, tokenizer) -> str:
+    cards = []
+    for r in results:
+        text = r.generation if isinstance(r.generation, str) else tokenizer.decode(r.generation or [])
+        loss = f"loss {r.loss:.2f}" if _finite(r.loss) else ""
+        cards.append(
+            f'<div class="px-gen" style="border-top-color:{COLOR[r.method]}"><div class="px-gen-head">'
+            f'<b>{LABEL[r.method]}</b><span class="px-meta">{loss}</span></div>'
+            f'<div class="px-gen-text">{html.escape(text) or "<i>(nothing generated)</i>"}</div></div>'
+        )
+    return '<div class="px-gens">' + "".join(cards) + "</div>"
+
+
+def summary_md(contexts: list[Context], results, scored: bool, query_tokens: int) -> str:
+    n_tok = sum(c.num_tokens for c in contexts)
+    head = f"**{len(contexts)} contexts** ({n_tok} tokens) composed for a query of {query_tokens} tokens."
+    if not scored:
+        return head + " " + NO_CONTINUATION_NOTE
+    by = {r.method: r for r in results}
+    state_methods = [m for m in ("soup", "caso", "picaso_s", "picaso_r") if m in by]
+    best = min(state_methods, key=lambda m: by[m].loss)
+    speed = by["concat"].compose_s / max(by[best].compose_s, 1e-9)
+    return (
+        f"{head} Loss without context **{by['none'].loss:.3f}**, with Concat **{by['concat'].loss:.3f}**; "
+        f"best composition of stored states: **{LABEL[best]} {by[best].loss:.3f}**, composed "
+        f"{speed:.0f}× faster than Concat processes the tokens."
+    )
+
+
+def history_row(query: str, contexts: list[Context], results, scored: bool) -> dict:
+    row = {"Query": _clip(query, 50), "k": len(contexts)}
+    row.update({LABEL[r.method]: _num(r.loss, 3) if scored else None for r in results})
+    return row
+
+
+def compose(
+    res: Resources,
+    query: str,
+    continuation: str = "",
+    k: int = 5,
+    contexts: list[str] | None = None,
+    most_relevant_last: bool = True,
+    max_new_tokens: int = 24,
+    example: str | None = None,
+    history: list[dict] | None = None,
+    progress=lambda *a, **kw: None,
+):
+    """The /compose handler: every output of the tab, ready for its components."""
+    ctxs, results, scored = run_compose(
+        res, query, continuation, k, contexts, most_relevant_last, max_new_tokens, example, progress
+    )
+    history = (history or []) + [history_row(query, ctxs, results, scored)]
+    return (
+        contexts_html(ctxs),
+        summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query))),
+        results_table(results),
+        results_plot(results, scored),
+        generations_html(results, res.model.tokenizer),
+        pd.DataFrame(history),
+        history,
+    )
+
+
+def _sample(res: Resources, sample_id: str):
+    for s in res.corpus.samples:
+        if s.sample_id == sample_id:
+            return s
+    raise gr.Error(f"no example {sample_id!r} in corpus {res.corpus.name}")
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _num(x, digits: int):
+    return round(x, digits) if _finite(x) else None
+
+
+# ---- layout ---------------------------------------------------------------------------------
+def render(res: Resources) -> None:
+    """Lay the tab out inside the current gr.Tab and wire its events."""
+    legend = "\n".join(f"- **{label}**: {text}" for _, label, text, _ in METHODS)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=320):
+            example = gr.Dropdown(example_choices(res), value=None, label="Example from the corpus",
+                                  info="fills in a query and the continuation to score")
+            query = gr.Textbox(label="Query", lines=3, placeholder="Type a question or the start of a passage…")
+            continuation = gr.Textbox("", label="Expected continuation (optional)", lines=2,
+                                      info="scored under each composed state; leave empty to compare generations only")
+            with gr.Row():
+                k = gr.Slider(1, min(K_MAX, len(res.store)), value=min(5, len(res.store)), step=1,
+                              label="Contexts to retrieve (k)")
+                most_relevant_last = gr.Checkbox(value=True, label="Most relevant last",
+                                                 info="next to the query, the paper's best order for Concat")
+            with gr.Accordion("Pick contexts by hand", open=False):
+                picked = gr.Dropdown(context_choices(res), value=[], multiselect=True, label="Contexts, in order",
+                                     info="when set, used instead of retrieval, in the order picked")
+            max_new_tokens = gr.Slider(0, MAX_NEW_TOKENS, value=24, step=1, label="Tokens to generate per method")
+            run = gr.Button("Compose & compare", variant="primary", elem_id="compose-run")
+        with gr.Column(scale=3, min_width=420):
+            gr.Markdown("#### Composition order")
+            order = gr.HTML('<div class="px-empty">Retrieved contexts appear here, in the order they are composed.</div>')
+            summary = gr.Markdown()
+    table = gr.Dataframe(label="Per method", interactive=False, elem_id="compose-results")
+    plot = gr.Plot(label="Loss and time per method")
+    gr.Markdown("#### Generated continuations")
+    gens = gr.HTML()
+    with gr.Accordion("What each method does", open=False):
+        gr.Markdown(legend)
+    with gr.Accordion("Runs in this session", open=False):
+        history_table = gr.Dataframe(interactive=False)
+    history = gr.State([])
+
+    def compose_endpoint(query, continuation, k, contexts, most_relevant_last, max_new_tokens,
+                         example=None, history=None, progress=gr.Progress()):
+        """Compose the retrieved (or given) contexts' states with every method and compare them."""
+        return compose(res, query, continuation, k, contexts, most_relevant_last, max_new_tokens,
+                       example, history, progress)
+
+    example.change(lambda sid: pick_example(res, sid), example, [query, continuation], api_visibility="private")
+    gr.on(
+        [run.click, query.submit], compose_endpoint,
+        [query, continuation, k, picked, most_relevant_last, max_new_tokens, example, history],
+        [order, summary, table, plot, gens, history_table, history],
+        api_name="compose",
+    )

@@ -1,0 +1,51 @@
+"""Page header, theme and CSS shared by every tab (colours come from Gradio's CSS variables, so the
+page follows the light / dark setting)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from picaso_core.ui.resources import Resources
+
+THEME = gr.themes.Soft(primary_hue="orange", secondary_hue="blue", neutral_hue="slate")
+
+CSS = """
+.px-flow {display:flex; flex-wrap:wrap; align-items:center; gap:6px; margin:4px 0 2px}
+.px-step {padding:4px 10px; border-radius:999px; background:var(--block-background-fill);
+  border:1px solid var(--border-color-primary); font-size:0.9em}
+.px-step b {color:var(--color-accent)}
+.px-arrow {color:var(--body-text-color-subdued); font-weight:bold; align-self:center}
+.px-empty {color:var(--body-text-color-subdued); font-style:italic; padding:8px 0}
+.px-order {display:flex; flex-wrap:wrap; gap:6px; align-items:stretch}
+.px-ctx {flex:1 1 180px; max-width:260px; border:1px solid var(--border-color-primary);
+  border-radius:8px; padding:6px 8px; background:var(--block-background-fill); font-size:0.85em}
+.px-ctx-head {display:flex; gap:6px; align-items:center; flex-wrap:wrap; margin-bottom:3px}
+.px-ctx-text {color:var(--body-text-color-subdued); line-height:1.3}
+.px-query {flex:0 0 auto; border-color:var(--color-accent); border-width:2px}
+.px-num {display:inline-block; min-width:1.5em; text-align:center; border-radius:999px;
+  background:var(--color-accent); color:white; font-weight:bold; padding:0 4px}
+.px-gold {background:#facc15; color:#422006; border-radius:4px; padding:0 4px; font-size:0.85em}
+.px-meta {color:var(--body-text-color-subdued); font-size:0.85em; margin-left:auto}
+.px-gens {display:grid; grid-template-columns:repeat(auto-fill, minmax(220px, 1fr)); gap:8px}
+.px-gen {border:1px solid var(--border-color-primary); border-top:4px solid; border-radius:8px;
+  padding:6px 8px; background:var(--block-background-fill)}
+.px-gen-head {display:flex; align-items:center; margin-bottom:4px}
+.px-gen-text {white-space:pre-wrap; font-size:0.9em; line-height:1.35}
+"""
+
+
+def header(res: Resources) -> None:
+    """Title, the idea in one line and a flow diagram, and what is loaded."""
+    gr.Markdown(
+        "# PICASO Explorer\n"
+        "An SSM reads a context into a fixed-size **state**. Store every context's state once, a "
+        "**database of states**; for a query, retrieve *k* states and **compose** them into one "
+        "(CASO, PICASO: arithmetic on states, no context tokens processed), then **generate** from it. "
+        "Compare with processing the concatenated text (Concat). "
+        "*(PICASO: Permutation-Invariant Context Composition with State Space Models, Liu et al.)*"
+    )
+    steps = ["<b>contexts</b>", "encode once", "<b>state store</b>", "retrieve top-k", "<b>compose</b>", "generate"]
+    gr.HTML('<div class="px-flow">' + '<span class="px-arrow">→</span>'.join(
+        f'<span class="px-step">{s}</span>' for s in steps) + "</div>")
+    loaded = " · ".join(f"{k} {v:.1f}s" for k, v in res.load_s.items())
+    gr.Markdown(f"{res.describe()}  \n<small>loaded in: {loaded}</small>")

@@ -1,0 +1,241 @@
+"""The app: handlers as plain functions (no server), then the launched app through gradio_client.
+
+A tiny random model (conftest's tiny_model_dir) and a small .jsonl corpus written here keep it fast;
+the handler tests use a bag-of-words embedder, the launched app the real offline MiniLM.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+import app
+from picaso_core.data import RetrievalSample, write_samples
+from picaso_core.store import StoreError
+from picaso_core.ui import compose_tab
+from picaso_core.ui.resources import load_resources
+from test_retrieval import BagOfWords
+
+ROOT = Path(__file__).resolve().parent.parent
+METHODS = [label for _, label, _, _ in compose_tab.METHODS]
+
+FACTS = {
+    "velmora": ["Velmora is a city on the river Quell.", "Velmora was founded in 1423 by Osric Dallen.",
+                "The main export of Velmora is blue glass."],
+    "tarrix": ["Tarrix is a mountain in the north.", "The first climber of Tarrix was Mira Sen.",
+               "Tarrix is 4120 metres high."],
+    "brandor": ["Brandor is a company that makes bicycles.", "Brandor was started by Kel Thal in 1988."],
+}
+
+
+def write_corpus(path: Path) -> Path:
+    """Three samples whose contexts hold their facts; the Tarrix one excludes its own first chunk."""
+    ctx = {f"{e}-{j}": t for e, ts in FACTS.items() for j, t in enumerate(ts)}
+    all_ctx = list(ctx.items())
+    samples = [
+        RetrievalSample("q-velmora", "Velmora, the city of blue glass, was founded", " in 1423 by Osric Dallen.",
+                        all_ctx, ["velmora-1"]),
+        RetrievalSample("q-tarrix", "The mountain Tarrix was first climbed by", " Mira Sen.", all_ctx,
+                        ["tarrix-1"], exclude_ids=["tarrix-0"]),
+        RetrievalSample("q-brandor", "Brandor, the bicycle company, was started by", " Kel Thal.", all_ctx,
+                        ["brandor-1"]),
+    ]
+    write_samples(samples, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "facts.jsonl")
+
+
+@pytest.fixture(scope="module")
+def res(tiny_model_dir, corpus_file, tmp_path_factory):
+    return load_resources(str(tiny_model_dir), str(corpus_file), cache_dir=tmp_path_factory.mktemp("cache"),
+                          embedder=BagOfWords(), log=lambda msg: None)
+
+
+def sample(res, sid):
+    return next(s for s in res.corpus.samples if s.sample_id == sid)
+
+
+# ---- handlers, no server ----------------------------------------------------------------------
+def test_compose_runs_every_method_with_finite_losses(res):
+    s = sample(res, "q-velmora")
+    html, summary, table, fig, gens, history_df, history = compose_tab.compose(
+        res, s.query, s.continuation, k=3, example=s.sample_id)
+    assert list(table["Method"]) == METHODS
+    assert all(math.isfinite(x) for x in table["Loss"]) and all(x >= 0 for x in table["Compose (ms)"])
+    assert "Loss without context" in summary and "3 contexts" in summary
+    assert {t.name for t in fig.data} >= {"time to compose", "time to process"}
+    assert fig.layout.yaxis2.type == "log"
+    for label in METHODS:
+        assert f"<b>{label}</b>" in gens
+    assert len(history) == 1 and list(history_df["k"]) == [3]
+
+
+def test_retrieved_contexts_are_shown_most_relevant_last_and_gold_marked(res):
+    s = sample(res, "q-velmora")
+    ctxs, _, _ = compose_tab.run_compose(res, s.query, s.continuation, k=3, sample_id=s.sample_id)
+    hits = res.retriever.retrieve(s.query, 3)  # most relevant first
+    assert [c.cid for c in ctxs] == [cid for cid, _ in hits][::-1]
+    ctxs_first, _, _ = compose_tab.run_compose(res, s.query, s.continuation, k=3, most_relevant_last=False)
+    assert [c.cid for c in ctxs_first] == [cid for cid, _ in hits]
+    html = compose_tab.contexts_html(ctxs)
+    positions = [html.index(f"<code>{c.cid}</code>") for c in ctxs]
+    assert positions == sorted(positions) and html.rindex("query") > positions[-1]
+    assert ("px-gold" in html) == any(c.gold for c in ctxs)
+
+
+def test_an_examples_own_chunks_are_never_retrieved(res):
+    s = sample(res, "q-tarrix")
+    ctxs, _, _ = compose_tab.run_compose(res, s.query, s.continuation, k=7, sample_id=s.sample_id)
+    assert "tarrix-0" not in [c.cid for c in ctxs] and len(ctxs) == 7
+    typed, _, _ = compose_tab.run_compose(res, "Tarrix is a mountain in the north", "", k=1)
+    assert typed[0].cid == "tarrix-0"  # a typed query is not that example: nothing excluded
+
+
+def test_hand_picked_contexts_keep_their_order(res):
+    ctxs, results, _ = compose_tab.run_compose(res, "Who founded Brandor?", " Kel Thal.", picked=["brandor-1", "velmora-0"])
+    assert [c.cid for c in ctxs] == ["brandor-1", "velmora-0"] and len(results) == len(METHODS)
+
+
+def test_without_a_continuation_losses_are_skipped_and_generations_shown(res):
+    *_, table, fig, gens, _, _ = compose_tab.compose(res, "Velmora was founded", "", k=2, max_new_tokens=4)
+    assert table["Loss"].isna().all() and table["Perplexity"].isna().all()
+    assert (table["Process (ms)"] > 0).all()
+    assert "nothing to score" in compose_tab.compose(res, "Velmora was founded", "", k=2, max_new_tokens=0)[1]
+    assert gens.count("px-gen-text") == len(METHODS)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(query="   "), "Type a query"),
+    (dict(query="Velmora", k=0), "out of range"),
+    (dict(query="Velmora", k=compose_tab.K_MAX + 1), "out of range"),
+    (dict(query="Velmora", picked=["no-such-id"]), "unknown context ids"),
+    (dict(query="Velmora", max_new_tokens=1000), "tokens to generate"),
+])
+def test_bad_input_raises_a_clear_gr_error(res, kw, message):
+    with pytest.raises(gr.Error, match=message):
+        compose_tab.run_compose(res, **kw)
+
+
+def test_contexts_longer_than_the_limit_are_refused(res, monkeypatch):
+    monkeypatch.setattr(res, "max_tokens", 10)
+    with pytest.raises(gr.Error, match="at most 10.*Lower k"):
+        compose_tab.run_compose(res, "Velmora", " x", k=3)
+
+
+def test_pick_example_fills_query_and_continuation(res):
+    s = sample(res, "q-brandor")
+    assert compose_tab.pick_example(res, "q-brandor") == (s.query, s.continuation)
+    assert compose_tab.pick_example(res, None) == ("", "")
+    assert ("q-brandor · " + s.query, "q-brandor") in compose_tab.example_choices(res)
+
+
+def test_reopening_reuses_the_store_and_adds_only_new_contexts(tiny_model_dir, tmp_path):
+    corpus = write_corpus(tmp_path / "facts.jsonl")
+    load = lambda: load_resources(str(tiny_model_dir), str(corpus), cache_dir=tmp_path / "cache",  # noqa: E731
+                                  embedder=BagOfWords(), log=lambda msg: None)
+    first = load()
+    shards = {p.name: p.stat().st_mtime_ns for p in first.store.folder.glob("shard-*")}
+    again = load()
+    assert again.store.folder == first.store.folder and again.store.ids == first.store.ids
+    new = RetrievalSample("q-new", "Zebras", " are striped.", [("zebra-0", "Zebras are striped horses.")])
+    write_samples(list(first.corpus.samples) + [new], corpus)
+    grown = load()
+    assert grown.store.folder == first.store.folder and grown.store.ids == first.store.ids + ["zebra-0"]
+    assert {k: v for k, v in ((p.name, p.stat().st_mtime_ns) for p in grown.store.folder.glob("shard-*")) if k in shards} == shards
+    assert grown.retriever.retrieve("striped horses", 1)[0][0] == "zebra-0"
+    changed = RetrievalSample("q-new", "Zebras", " are striped.", [("zebra-0", "Zebras are spotted.")])
+    write_samples(list(first.corpus.samples) + [changed], corpus)
+    with pytest.raises(StoreError, match="corpus changed.*delete"):
+        load()
+
+
+def test_app_builds_and_compose_takes_only_query_without_default(res):
+    demo = app.build_app(res)
+    params = demo.get_api_info()["named_endpoints"]["/compose"]["parameters"]
+    required = [p["parameter_name"] for p in params if not p["parameter_has_default"]]
+    assert required == ["query"]
+    assert {"continuation", "k", "contexts", "example"} <= {p["parameter_name"] for p in params}
+
+
+def test_flags_fall_back_to_environment_variables():
+    env = {"PICASO_MODEL": "state-spaces/mamba2-370m", "PICASO_CORPUS": "wikitext", "PORT": "8080",
+           "PICASO_CACHE": "/data/cache"}
+    a = app.parse_args([], env)
+    assert (a.model, a.corpus, a.port, a.cache_dir, a.host) == ("state-spaces/mamba2-370m", "wikitext", 8080, "/data/cache", "127.0.0.1")
+    assert app.parse_args([], {**env, "GRADIO_SERVER_PORT": "7860"}).port == 7860
+    b = app.parse_args(["--model", "demo", "--port", "9000"], env)
+    assert (b.model, b.port) == ("demo", 9000)
+    assert app.parse_args([], {}).model == "demo" and app.parse_args([], {}).corpus == "demo"
+
+
+# ---- the launched app, through gradio_client -----------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def app_url(tiny_model_dir, tmp_path_factory):
+    """`python app.py` on a free local port with the tiny model and the facts corpus; stopped after."""
+    tmp = tmp_path_factory.mktemp("served")
+    corpus = write_corpus(tmp / "facts.jsonl")
+    port = _free_port()
+    log_path = tmp / "app.log"
+    cmd = [sys.executable, str(ROOT / "app.py"), "--model", str(tiny_model_dir), "--corpus", str(corpus),
+           "--cache-dir", str(tmp / "cache"), "--port", str(port)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"})
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"app.py did not serve {url} within 240 s:\n{log_path.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(url, timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_compose_endpoint_through_gradio_client(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    out = client.predict(query="Velmora, the city of blue glass, was founded",
+                         continuation=" in 1423 by Osric Dallen.", k=3, api_name="/compose")
+    order_html, summary, table = out[0], out[1], out[2]
+    rows = {r[0]: r for r in table["data"]}
+    assert list(rows) == METHODS
+    loss_col = table["headers"].index("Loss")
+    assert all(math.isfinite(float(r[loss_col])) for r in rows.values())
+    assert order_html.count("px-num") == 4  # 3 contexts + the query
+    with pytest.raises(Exception, match="Type a query"):
+        client.predict(query="", api_name="/compose")
+    again = client.predict(query="Brandor was started by", api_name="/compose")  # still serving
+    assert [r[0] for r in again[2]["data"]] == METHODS
