@@ -37,6 +37,13 @@ METHODS = (
 )
 LABEL = {m: label for m, label, _, _ in METHODS}
 COLOR = {m: c for m, _, _, c in METHODS}
+TABLE_NOTE = (
+    "Loss: mean negative log-likelihood of the expected continuation per token (nats); perplexity = e^loss. "
+    "Compose: time to build the state the query starts from (state methods: arithmetic on stored "
+    "states; Concat and PICConcat-R: forward passes over the context tokens). Process: time to read "
+    "the query and score the continuation from that state (all methods are scored in one batched call, "
+    "its time split evenly). Encoding the contexts into the store is done once, ahead, and charged to no method."
+)
 NO_CONTINUATION_NOTE = (
     "No expected continuation given, so there is nothing to score: the loss columns are empty and "
     "the methods are compared by their generations and timings. (Scoring the model's own greedy "
@@ -196,7 +203,7 @@ def results_plot(results, scored: bool) -> go.Figure:
         # zero (no context composes nothing) has no place on a log axis: no bar
         fig.add_bar(x=labels, y=[getattr(r, attr) * 1e3 or None for r in results], name=f"time to {name}",
                     marker_color=color, row=1, col=2)
-    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_yaxes(type="log", dtick=1, row=1, col=2)  # one tick per decade
     fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=20, t=50, b=40), template="plotly_white",
                       legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
     return fig
@@ -311,6 +318,7 @@ def render(res: Resources) -> None:
             order = gr.HTML('<div class="px-empty">Retrieved contexts appear here, in the order they are composed.</div>')
             summary = gr.Markdown()
     table = gr.Dataframe(label="Per method", interactive=False, elem_id="compose-results")
+    gr.Markdown(TABLE_NOTE, elem_classes="px-note")
     plot = gr.Plot(label="Loss and time per method")
     gr.Markdown("#### Generated continuations")
     gens = gr.HTML()

@@ -31,6 +31,7 @@ CSS = """
   padding:6px 8px; background:var(--block-background-fill)}
 .px-gen-head {display:flex; align-items:center; margin-bottom:4px}
 .px-gen-text {white-space:pre-wrap; font-size:0.9em; line-height:1.35}
+.px-note {color:var(--body-text-color-subdued); font-size:0.85em}
 """
 
 

@@ -44,13 +44,22 @@ class Resources:
 
     def describe(self) -> str:
         cfg = self.model.config
-        params = sum(p.numel() for p in self.model.parameters()) / 1e6
+        params = sum(p.numel() for p in self.model.parameters())
         return (
             f"model **{self.model_name}** ({cfg.family}, {cfg.n_layer} layers, d_model {cfg.d_model}, "
-            f"{params:.1f} M params) · corpus **{self.corpus.name}/{self.corpus.split}** "
+            f"{_si(params)} params) · corpus **{self.corpus.name}/{self.corpus.split}** "
             f"({len(self.corpus)} examples) · store **{len(self.store)} states** "
-            f"({self.store.nbytes / 2**20:.0f} MiB)"
+            f"({_si(self.store.nbytes, 1024)}B, {_si(self.model.config.state_nbytes(), 1024)}B each)"
         )
+
+
+def _si(x: float, base: int = 1000) -> str:
+    """1234567 -> '1.2 M' (base 1000) or '1.2 Mi' (base 1024)."""
+    units = ["", "k", "M", "G", "T"] if base == 1000 else ["", "Ki", "Mi", "Gi", "Ti"]
+    i = 0
+    while x >= base and i < len(units) - 1:
+        x, i = x / base, i + 1
+    return f"{x:.3g} {units[i]}"
 
 
 def store_folder(cache_dir: Path, corpus_name: str, split: str, fingerprint: str) -> Path:
@@ -64,7 +73,7 @@ def store_folder(cache_dir: Path, corpus_name: str, split: str, fingerprint: str
 
 def check_disk(model, n_contexts: int, folder: Path) -> None:
     """Refuse to start a store that cannot fit: a state is fixed-size, whatever the context length
-    (mamba2-130m: ~19 MiB each, mamba2-2.7b: ~80 MiB), so N contexts need N times that."""
+    (mamba2-130m: 18 MiB each, mamba2-2.7b: 164 MiB), so N contexts need N times that."""
     need = n_contexts * model.config.state_nbytes()
     probe = folder if folder.exists() else next(p for p in folder.parents if p.exists())
     free = shutil.disk_usage(probe).free

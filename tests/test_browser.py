@@ -1,0 +1,65 @@
+"""A real browser: headless Chromium loads the app, runs a query, and sees the results table.
+
+Needs Debian's `chromium` and `chromium-driver` packages (/usr/bin/chromium, /usr/bin/chromedriver)
+and the `selenium` pip package; skips, saying which is missing, without them. Leaves a screenshot
+at $PICASO_SCREENSHOT (default: <tmp>/picaso_browser.png) to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from test_app import METHODS, app_url  # noqa: F401  (app_url: the launched app, a session fixture)
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+@pytest.fixture
+def browser():
+    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
+        pytest.skip("headless Chromium not installed: `apt-get install -y chromium chromium-driver`")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="`pip install selenium`")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,2000"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_page_runs_a_query_and_shows_the_results_table(browser, app_url):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(app_url)
+    wait = WebDriverWait(browser, 60)
+    wait.until(EC.element_to_be_clickable((By.ID, "compose-run")))
+    assert "PICASO Explorer" in browser.find_element(By.TAG_NAME, "h1").text
+    boxes = browser.find_elements(By.CSS_SELECTOR, "textarea")  # query, then continuation
+    boxes[0].send_keys("Velmora, the city of blue glass, was founded")
+    boxes[1].send_keys(" in 1423 by Osric Dallen.")
+    browser.find_element(By.ID, "compose-run").click()
+
+    table = browser.find_element(By.ID, "compose-results")
+    WebDriverWait(browser, 120).until(lambda d: all(m in table.text for m in METHODS))
+    assert "Loss" in table.text and "Compose (ms)" in table.text
+    order = browser.find_elements(By.CSS_SELECTOR, ".px-ctx")
+    assert len(order) == 5 + 1  # k = 5 by default, then the query
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".px-gen")) == len(METHODS)
+    assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")  # the chart rendered
+    shot = os.environ.get("PICASO_SCREENSHOT", str(Path(tempfile.gettempdir()) / "picaso_browser.png"))
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.save_screenshot(shot)
