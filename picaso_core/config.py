@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def _json_float(v: Any) -> float:
+    """transformers >= 5 writes non-finite floats as {"__float__": "Infinity"}; older ones as strings."""
+    if isinstance(v, dict) and "__float__" in v:
+        v = v["__float__"]
+    return float(v)
+
+
 @dataclass
 class SSMConfig:
     """The `ssm_cfg` block: arguments of mamba_ssm's Mamba / Mamba2 mixer."""
@@ -140,6 +147,8 @@ class ModelConfig:
     def from_transformers(cls, d: dict[str, Any]) -> "ModelConfig":
         """Read a transformers MambaConfig / Mamba2Config dict (`model_type` mamba or mamba2)."""
         mt = d.get("model_type")
+        if mt not in ("mamba", "mamba2"):
+            raise ValueError(f"transformers config has model_type={mt!r}; expected 'mamba' or 'mamba2'")
         common = dict(
             d_model=d["hidden_size"],
             n_layer=d["num_hidden_layers"],
@@ -150,7 +159,7 @@ class ModelConfig:
             tie_embeddings=d.get("tie_word_embeddings", True),
         )
         if mt == "mamba2":
-            limit = d.get("time_step_limit", (0.0, float("inf")))
+            limit = [_json_float(v) for v in d.get("time_step_limit", (0.0, float("inf")))]
             ssm = SSMConfig(
                 layer="Mamba2", d_state=d.get("state_size", 128), d_conv=d.get("conv_kernel", 4),
                 expand=d.get("expand", 2), headdim=d.get("head_dim", 64), ngroups=d.get("n_groups", 1),
@@ -163,15 +172,13 @@ class ModelConfig:
             if not d.get("rms_norm", True):
                 raise ValueError("Mamba2 with rms_norm=False (ungated norm) is not supported")
             return cfg
-        if mt == "mamba":
-            ssm = SSMConfig(
-                layer="Mamba1", d_state=d.get("state_size", 16), d_conv=d.get("conv_kernel", 4),
-                expand=d.get("expand", 2), dt_rank=d.get("time_step_rank", "auto"),
-                conv_bias=d.get("use_conv_bias", True), bias=d.get("use_bias", False),
-            )
-            cfg = cls(ssm_cfg=ssm, **common)
-            inter = d.get("intermediate_size")
-            if inter is not None and inter != cfg.d_inner:
-                raise ValueError(f"intermediate_size={inter} != expand*hidden_size={cfg.d_inner}")
-            return cfg
-        raise ValueError(f"transformers config has model_type={mt!r}; expected 'mamba' or 'mamba2'")
+        ssm = SSMConfig(
+            layer="Mamba1", d_state=d.get("state_size", 16), d_conv=d.get("conv_kernel", 4),
+            expand=d.get("expand", 2), dt_rank=d.get("time_step_rank", "auto"),
+            conv_bias=d.get("use_conv_bias", True), bias=d.get("use_bias", False),
+        )
+        cfg = cls(ssm_cfg=ssm, **common)
+        inter = d.get("intermediate_size")
+        if inter is not None and inter != cfg.d_inner:
+            raise ValueError(f"intermediate_size={inter} != expand*hidden_size={cfg.d_inner}")
+        return cfg

@@ -63,7 +63,9 @@ def _hub_reachable(timeout: float = 5.0) -> bool:
     """A quick TCP probe, so that offline machines fail at once instead of hanging in retries."""
     from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE:
+    from picaso_core.tokenizer import hub_offline
+
+    if hub_offline():
         return False
     url = urlparse(os.environ.get("HF_ENDPOINT", constants.ENDPOINT))
     try:
@@ -154,7 +156,9 @@ def save_model(model: SSMLanguageModel, folder: str | Path) -> None:
         sd.pop("lm_head.weight")
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
     if model.tokenizer is not None:
-        model.tokenizer.save(folder / "tokenizer.json")
+        from picaso_core.tokenizer import save
+
+        save(model.tokenizer, folder / "tokenizer.json")
 
 
 # ---- tokenizer --------------------------------------------------------------------------------
@@ -163,4 +167,4 @@ def _load_tokenizer(folder: Path):
 
     if (Path(folder) / "tokenizer.json").exists():
         return Tokenizer.from_pretrained_dir(folder)
-    return Tokenizer.from_pretrained_dir(_download(DEFAULT_TOKENIZER, ["tokenizer.json"]))
+    return Tokenizer.from_hub(DEFAULT_TOKENIZER)

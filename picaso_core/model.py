@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from picaso_core.config import ModelConfig
-from picaso_core.scan import causal_conv, selective_scan, ssd_scan
+from picaso_core.scan import causal_conv, selective_scan, ssd_scan, upcast
 from picaso_core.state import ContextState
 
 
@@ -36,7 +36,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: Tensor) -> Tensor:
-        xf = x.float() if x.dtype != torch.float64 else x
+        xf = upcast(x)[0]
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
@@ -50,7 +50,7 @@ class GatedRMSNorm(nn.Module):
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
         dtype = y.dtype
-        y = (y * F.silu(z)).float() if dtype != torch.float64 else y * F.silu(z)
+        y = upcast(y * F.silu(z))[0]
         yg = y.unflatten(-1, (-1, self.group_size))  # [..., G, E/G]
         yg = yg * torch.rsqrt(yg.pow(2).mean(-1, keepdim=True) + self.eps)
         return yg.flatten(-2).to(dtype) * self.weight
@@ -94,10 +94,10 @@ class Mamba2Mixer(nn.Module):
                                       conv_state, lengths)
         x, B, C = xBC.transpose(1, 2).split([E, GN, GN], dim=-1)
         # 3. step sizes; dt = 0 on padding makes the step the identity (decay 1, nothing written)
-        dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*s.dt_limit)
+        dt = F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]).clamp(*s.dt_limit)  # float32 decay math
         if lengths is not None:
             dt = dt * (torch.arange(t, device=u.device)[None, :] < lengths[:, None])[..., None]
-        A = -torch.exp(self.A_log.float())  # [H]
+        A = -torch.exp(upcast(self.A_log)[0])  # [H]
         # 4. SSD scan from the given state: y [b,t,H,P]
         y, ssm_state, log_decay = ssd_scan(
             x.reshape(b, t, H, s.headdim), dt, A, B.reshape(b, t, s.ngroups, s.d_state),
@@ -136,10 +136,10 @@ class Mamba1Mixer(nn.Module):
         x, conv_state = causal_conv(x.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
                                     conv_state, lengths)  # x [b, E, t]
         dt, B, C = self.x_proj(x.transpose(1, 2)).split([R, N, N], dim=-1)
-        dt = F.softplus(self.dt_proj(dt).float())  # [b, t, E]
+        dt = F.softplus(upcast(self.dt_proj(dt))[0])  # [b, t, E], float32 decay math
         if lengths is not None:
             dt = dt * (torch.arange(t, device=u.device)[None, :] < lengths[:, None])[..., None]
-        A = -torch.exp(self.A_log.float())  # [E, N]
+        A = -torch.exp(upcast(self.A_log)[0])  # [E, N]
         y, ssm_state, log_decay = selective_scan(x, dt.transpose(1, 2), A, B.transpose(1, 2),
                                                  C.transpose(1, 2), ssm_state)
         y = y.to(x.dtype) + x * self.D[:, None].to(x.dtype)  # [b, E, t]
@@ -259,7 +259,7 @@ class SSMLanguageModel(nn.Module):
         """ids [b, t] from `state` (None: empty; single: shared by all rows; batched: one per row).
         Returns logits [b, t, V] (float32) and the new batched state."""
         hidden, new = self.hidden_states(ids, state)
-        return self.lm_head(hidden).float(), new
+        return upcast(self.lm_head(hidden))[0], new
 
     # ---- contexts --------------------------------------------------------------------------
     @staticmethod
@@ -314,7 +314,7 @@ class SSMLanguageModel(nn.Module):
             raise ValueError("query and continuation must each have at least one token")
         ids = torch.cat([q, c])[None].expand(b, -1)
         hidden, _ = self.hidden_states(ids, state)
-        logits = self.lm_head(hidden[:, q.numel() - 1: -1]).float()  # positions predicting c
+        logits = upcast(self.lm_head(hidden[:, q.numel() - 1: -1]))[0]  # positions predicting c
         target = c.to(self.device)[None].expand(b, -1)
         return F.cross_entropy(logits.transpose(1, 2), target, reduction="none").mean(-1)  # [b]
 

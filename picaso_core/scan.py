@@ -36,7 +36,7 @@ except Exception:
     _causal_conv1d_fn = None
 
 
-def _acc(*ts: Tensor) -> tuple[Tensor, ...]:
+def upcast(*ts: Tensor) -> tuple[Tensor, ...]:
     """Cast to the accumulation dtype: float32, or float64 when the inputs are (gradcheck)."""
     dtype = torch.float64 if ts[0].dtype == torch.float64 else torch.float32
     return tuple(t.to(dtype) for t in ts)
@@ -73,46 +73,48 @@ def ssd_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chu
         x: [b, l, h, p]; dt: [b, l, h] (>= 0, softplus'ed); A: [h] (< 0);
         B, C: [b, l, g, n]; chunk_size: s; initial_state: [b, h, p, n] or None (zeros).
     Returns:
-        y [b, l, h, p], final_state [b, h, p, n], log_decay [b, h]   (all float32)
+        y [b, l, h, p], final_state [b, h, p, n], log_decay [b, h]   (float32, or float64)
     """
     b, l, h, p = x.shape
     g, n = B.shape[-2:]
-    x, dt, A, B, C = _acc(x, dt, A, B, C)
+    r = h // g  # heads per group: C B^T is computed once per group, not per head
+    x, dt, A, B, C = upcast(x, dt, A, B, C)
     s = max(1, min(chunk_size, l))
     pad = (-l) % s
     if pad:  # dt = 0 on the padding: decay 1, nothing written, outputs dropped below
         x, B, C = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (x, B, C))
         dt = F.pad(dt, (0, 0, 0, pad))
     c = (l + pad) // s
-    B = B.repeat_interleave(h // g, dim=2)  # [b, l, h, n]: each group serves h/g heads
-    C = C.repeat_interleave(h // g, dim=2)
-    xdt = (x * dt[..., None]).view(b, c, s, h, p)  # the input term dt_t x_t
-    B, C = B.view(b, c, s, h, n), C.view(b, c, s, h, n)
-    a = (dt * A).view(b, c, s, h).permute(0, 1, 3, 2)  # [b, c, h, s] per-step log-decay
-    a_cum = a.cumsum(-1)  # [b, c, h, s]
+    xdt = (x * dt[..., None]).view(b, c, s, g, r, p)  # the input term dt_t x_t
+    B, C = B.view(b, c, s, g, n), C.view(b, c, s, g, n)
+    a = (dt * A).view(b, c, s, g, r).permute(0, 1, 3, 4, 2)  # [b, c, g, r, s] per-step log-decay
+    a_cum = a.cumsum(-1)  # [b, c, g, r, s]
 
-    # 1. within each chunk: the quadratic ("attention-like") form, y = (C B^T ∘ L) (dt x)
-    Lmask = torch.exp(_segsum(a))  # [b, c, h, s(l), s(s)]
-    CB = torch.einsum("bclhn,bcshn->bchls", C, B)
-    y_diag = torch.einsum("bchls,bcshp->bclhp", CB * Lmask, xdt)
+    # 1. within each chunk: the quadratic ("attention-like") form, y = (C B^T ∘ L) (dt x), with
+    #    L[i, j] = exp(a_cum_i - a_cum_j) for i >= j. Differences of partial sums over one chunk
+    #    lose nothing that matters in float32; the -inf mask goes in before the exp.
+    causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+    Lmask = torch.exp((a_cum[..., :, None] - a_cum[..., None, :]).masked_fill(~causal, float("-inf")))
+    CB = torch.einsum("bclgn,bcsgn->bcgls", C, B)  # [b, c, g, s, s]
+    y_diag = torch.einsum("bcgrls,bcsgrp->bclgrp", CB[:, :, :, None] * Lmask, xdt)
 
     # 2. the state each chunk produces on its own (from a zero start)
-    decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [b, c, h, s]
-    chunk_states = torch.einsum("bclhn,bchl,bclhp->bchpn", B, decay_to_end, xdt)
+    decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [b, c, g, r, s]
+    chunk_states = torch.einsum("bcsgn,bcgrs,bcsgrp->bcgrpn", B, decay_to_end, xdt)
 
     # 3. pass states between chunks: h_k = exp(a_k) h_{k-1} + chunk_state_k, from initial_state
     if initial_state is None:
         initial_state = x.new_zeros(b, h, p, n)
-    states = torch.cat([initial_state.to(x.dtype)[:, None], chunk_states], dim=1)  # [b, c+1, h, p, n]
-    chunk_decay = torch.exp(_segsum(F.pad(a_cum[..., -1].transpose(1, 2), (1, 0))))  # [b, h, c+1, c+1]
-    states = torch.einsum("bhzc,bchpn->bzhpn", chunk_decay, states)
+    states = torch.cat([initial_state.to(x.dtype).view(b, 1, g, r, p, n), chunk_states], dim=1)
+    chunk_decay = torch.exp(_segsum(F.pad(a_cum[..., -1].permute(0, 2, 3, 1), (1, 0))))  # [b, g, r, c+1, c+1]
+    states = torch.einsum("bgrzc,bcgrpn->bzgrpn", chunk_decay, states)
     states, final_state = states[:, :-1], states[:, -1]  # state entering each chunk; final
 
     # 4. the contribution of the entering state to each output: C_t exp(a_cum_t) h_in
-    y_off = torch.einsum("bclhn,bchpn,bchl->bclhp", C, states, torch.exp(a_cum))
+    y_off = torch.einsum("bclgn,bcgrpn,bcgrl->bclgrp", C, states, torch.exp(a_cum))
     y = (y_diag + y_off).reshape(b, c * s, h, p)[:, :l]
-    log_decay = a_cum[..., -1].sum(1)  # [b, h] = Σ_t dt_t A
-    return y, final_state, log_decay
+    log_decay = a_cum[..., -1].sum(1).reshape(b, h)  # Σ_t dt_t A
+    return y, final_state.reshape(b, h, p, n), log_decay
 
 
 def ssd_scan_ref(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int = 0,
@@ -122,7 +124,7 @@ def ssd_scan_ref(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_s
     Same arguments and returns; `chunk_size` is ignored."""
     b, l, h, p = x.shape
     g, n = B.shape[-2:]
-    x, dt, A, B, C = _acc(x, dt, A, B, C)
+    x, dt, A, B, C = upcast(x, dt, A, B, C)
     B = B.repeat_interleave(h // g, dim=2)
     C = C.repeat_interleave(h // g, dim=2)
     state = x.new_zeros(b, h, p, n) if initial_state is None else initial_state.to(x.dtype)
@@ -168,7 +170,7 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
         y [b, d, l] (= Σ_n C h, without the D skip and gate), final_state [b, d, n],
         log_decay [b, d, n] = Σ_t delta_t A.
     """
-    u, delta, A, B, C = _acc(u, delta, A, B, C)
+    u, delta, A, B, C = upcast(u, delta, A, B, C)
     la = delta.transpose(1, 2)[..., None] * A  # [b, l, d, n] per-step log-decay
     a = torch.exp(la)
     bx = (delta * u).transpose(1, 2)[..., None] * B.transpose(1, 2)[:, :, None, :]  # [b, l, d, n]
@@ -186,7 +188,7 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
 def selective_scan_ref(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
                        initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Reference twin of `selective_scan` (mamba_ssm's selective_scan_ref without D and z)."""
-    u, delta, A, B, C = _acc(u, delta, A, B, C)
+    u, delta, A, B, C = upcast(u, delta, A, B, C)
     b, d, l = u.shape
     state = u.new_zeros(b, d, A.shape[1]) if initial_state is None else initial_state.to(u.dtype)
     ys = []
@@ -220,11 +222,13 @@ def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tens
         xc = x.transpose(1, 2).contiguous().transpose(1, 2)
         init = conv_state.to(x.dtype).transpose(1, 2).contiguous().transpose(1, 2)
         y = _causal_conv1d_fn(xc, weight.squeeze(1), bias, initial_states=init, activation="silu")
-    else:
-        y = F.silu(F.conv1d(full, weight, bias, groups=C))
+    else:  # K shifted multiply-adds: the same as F.conv1d(groups=C), several times faster on CPU
+        w = weight[:, 0]  # [C, K]
+        y = sum(full[..., k:k + l] * w[:, k, None] for k in range(K))
+        y = F.silu(y + bias[:, None] if bias is not None else y)
     if lengths is None:
         new_state = full[..., l:]
     else:  # row i's last inputs end at position K-1+len_i of `full`
         idx = lengths.view(b, 1, 1) + torch.arange(K - 1, device=x.device).view(1, 1, K - 1)
         new_state = full.gather(-1, idx.expand(b, C, K - 1))
-    return y, _acc(new_state)[0]
+    return y, upcast(new_state)[0]
