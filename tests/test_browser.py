@@ -48,9 +48,15 @@ def test_page_runs_a_query_and_shows_the_results_table(browser, app_url):  # noq
     wait = WebDriverWait(browser, 60)
     wait.until(EC.element_to_be_clickable((By.ID, "compose-run")))
     assert "PICASO Explorer" in browser.find_element(By.TAG_NAME, "h1").text
-    boxes = browser.find_elements(By.CSS_SELECTOR, "textarea")  # query, then continuation
-    boxes[0].send_keys("Velmora, the city of blue glass, was founded")
-    boxes[1].send_keys(" in 1423 by Osric Dallen.")
+    # pick a corpus example: it fills in the query and the continuation to score
+    browser.find_element(By.CSS_SELECTOR, "#compose-example input").click()
+    option = wait.until(EC.element_to_be_clickable(
+        (By.CSS_SELECTOR, "[data-testid=dropdown-option][aria-label^='q-velmora']")))
+    option.click()
+    query = browser.find_element(By.CSS_SELECTOR, "#compose-query textarea")
+    wait.until(lambda d: query.get_attribute("value") == "Velmora, the city of blue glass, was founded")
+    assert browser.find_element(By.CSS_SELECTOR, "#compose-continuation textarea").get_attribute("value") \
+        == " in 1423 by Osric Dallen."
     browser.find_element(By.ID, "compose-run").click()
 
     table = browser.find_element(By.ID, "compose-results")
@@ -58,6 +64,7 @@ def test_page_runs_a_query_and_shows_the_results_table(browser, app_url):  # noq
     assert "Loss" in table.text and "Compose (ms)" in table.text
     order = browser.find_elements(By.CSS_SELECTOR, ".px-ctx")
     assert len(order) == 5 + 1  # k = 5 by default, then the query
+    assert browser.find_elements(By.CSS_SELECTOR, ".px-gold")  # the example's gold context was retrieved
     assert len(browser.find_elements(By.CSS_SELECTOR, ".px-gen")) == len(METHODS)
     assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")  # the chart rendered
     shot = os.environ.get("PICASO_SCREENSHOT", str(Path(tempfile.gettempdir()) / "picaso_browser.png"))

@@ -299,9 +299,10 @@ def render(res: Resources) -> None:
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
             example = gr.Dropdown(example_choices(res), value=None, label="Example from the corpus",
-                                  info="fills in a query and the continuation to score")
-            query = gr.Textbox(label="Query", lines=3, placeholder="Type a question or the start of a passage…")
-            continuation = gr.Textbox("", label="Expected continuation (optional)", lines=2,
+                                  info="fills in a query and the continuation to score", elem_id="compose-example")
+            query = gr.Textbox(label="Query", lines=3, placeholder="Type a question or the start of a passage…",
+                               elem_id="compose-query")
+            continuation = gr.Textbox("", label="Expected continuation (optional)", lines=2, elem_id="compose-continuation",
                                       info="scored under each composed state; leave empty to compare generations only")
             with gr.Row():
                 k = gr.Slider(1, min(K_MAX, len(res.store)), value=min(5, len(res.store)), step=1,

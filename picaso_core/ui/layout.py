@@ -26,7 +26,7 @@ CSS = """
   background:var(--color-accent); color:white; font-weight:bold; padding:0 4px}
 .px-gold {background:#facc15; color:#422006; border-radius:4px; padding:0 4px; font-size:0.85em}
 .px-meta {color:var(--body-text-color-subdued); font-size:0.85em; margin-left:auto}
-.px-gens {display:grid; grid-template-columns:repeat(auto-fill, minmax(220px, 1fr)); gap:8px}
+.px-gens {display:grid; grid-template-columns:repeat(auto-fill, minmax(170px, 1fr)); gap:8px}
 .px-gen {border:1px solid var(--border-color-primary); border-top:4px solid; border-radius:8px;
   padding:6px 8px; background:var(--block-background-fill)}
 .px-gen-head {display:flex; align-items:center; margin-bottom:4px}
