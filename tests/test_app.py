@@ -133,6 +133,9 @@ def test_contexts_longer_than_the_limit_are_refused(res, monkeypatch):
     monkeypatch.setattr(res, "max_tokens", 10)
     with pytest.raises(gr.Error, match="at most 10.*Lower k"):
         compose_tab.run_compose(res, "Velmora", " x", k=3)
+    monkeypatch.setattr(res, "max_tokens", res.store.num_tokens("velmora-0"))
+    with pytest.raises(gr.Error, match="reads at most .*Shorten"):
+        compose_tab.run_compose(res, "Velmora " * 50, " x", picked=["velmora-0"])
 
 
 def test_pick_example_fills_query_and_continuation(res):

@@ -141,6 +141,9 @@ def run_compose(
     # run_methods scores a continuation of at least one token. With none given, it scores EOS and
     # the losses are dropped (see NO_CONTINUATION_NOTE); timings and generations are kept.
     continuation_ids = tok.encode(continuation) if scored else [tok.eos_id]
+    if len(query_ids) + len(continuation_ids) > res.max_tokens:
+        raise gr.Error(f"The query and continuation hold {len(query_ids) + len(continuation_ids)} tokens; "
+                       f"this app reads at most {res.max_tokens}. Shorten them.")
     progress(0.15, desc=f"loading {len(contexts)} stored states")
     ids = [c.cid for c in contexts]
     states = res.store.get_many(ids)
