@@ -1,12 +1,13 @@
 """PICASO Explorer: the Gradio app.
 
     python app.py                                   # bundled demo model + demo corpus, offline
-    python app.py --model state-spaces/mamba2-370m --corpus wikitext
+    python app.py --model state-spaces/mamba2-370m --corpus wikitext --max-contexts 300
     python app.py --model ./my_checkpoint --corpus my_data.jsonl --port 8080
 
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
-line): PICASO_MODEL, PICASO_CORPUS, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS, PICASO_DEVICE,
-GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins over its variable.
+line): PICASO_MODEL, PICASO_CORPUS, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
+PICASO_MAX_CONTEXTS, PICASO_DEVICE, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
+over its variable.
 
 The model, corpus, state store and retriever load once (picaso_core.ui.resources) and are shared
 read-only by every user; per-user data lives in gr.State inside the tabs. Each tab is a module of
@@ -49,6 +50,8 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    help="where state stores are kept, one folder per corpus and model [PICASO_CACHE]")
     p.add_argument("--max-tokens", type=int, default=int(env.get("PICASO_MAX_TOKENS", DEFAULT_MAX_TOKENS)),
                    help="most context tokens one request may compose [PICASO_MAX_TOKENS]")
+    p.add_argument("--max-contexts", type=int, default=int(env.get("PICASO_MAX_CONTEXTS") or 0) or None,
+                   help="store at most this many contexts: a real checkpoint's state is 5-160 MiB [PICASO_MAX_CONTEXTS]")
     p.add_argument("--device", default=env.get("PICASO_DEVICE") or None, help="cpu, cuda, ... [PICASO_DEVICE]")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
@@ -59,7 +62,8 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.device)
+    res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
+                         args.device)
     demo = build_app(res)
     demo.queue().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, show_error=True)
 

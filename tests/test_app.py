@@ -22,7 +22,7 @@ import app
 from picaso_core.data import RetrievalSample, write_samples
 from picaso_core.store import StoreError
 from picaso_core.ui import compose_tab
-from picaso_core.ui.resources import load_resources
+from picaso_core.ui.resources import limit_corpus, load_resources
 from test_retrieval import BagOfWords
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,6 +163,24 @@ def test_reopening_reuses_the_store_and_adds_only_new_contexts(tiny_model_dir, t
     write_samples(list(first.corpus.samples) + [changed], corpus)
     with pytest.raises(StoreError, match="corpus changed.*delete"):
         load()
+
+
+def test_max_contexts_keeps_whole_examples_then_database_chunks(res, tiny_model_dir, corpus_file, tmp_path):
+    from picaso_core.data import Corpus
+
+    db = {f"c{i}": f"chunk {i}" for i in range(10)}
+    samples = [RetrievalSample(f"s{j}", "q", " c", [(f"c{2 * j}", db[f"c{2 * j}"]), ("c9", db["c9"])]) for j in range(4)]
+    corpus = Corpus("x", "test", samples, db)
+    cut = limit_corpus(corpus, 4)
+    assert [s.sample_id for s in cut.samples] == ["s0", "s1", "s2"]  # c0 c9 | c2 | c4: s3 needs a 5th
+    assert list(cut.database) == ["c0", "c9", "c2", "c4"]
+    cut = limit_corpus(corpus, 6)
+    assert len(cut.samples) == 4 and list(cut.database) == ["c0", "c9", "c2", "c4", "c6", "c1"]  # then in order
+    with pytest.raises(ValueError, match="too small for even the first example"):
+        limit_corpus(res.corpus, 5)  # every example there has all 8 contexts
+    small = load_resources(str(tiny_model_dir), str(corpus_file), cache_dir=tmp_path, max_contexts=8,
+                           embedder=BagOfWords(), log=lambda msg: None)
+    assert len(small.store) == 8 and "-max8-" in small.store.folder.name
 
 
 def test_app_builds_and_compose_takes_only_query_without_default(res):

@@ -62,13 +62,43 @@ def _si(x: float, base: int = 1000) -> str:
     return f"{x:.3g} {units[i]}"
 
 
-def store_folder(cache_dir: Path, corpus_name: str, split: str, fingerprint: str) -> Path:
-    """<cache_dir>/<corpus>-<split>-<fingerprint>; a .jsonl corpus is named by stem + path hash."""
+def store_folder(cache_dir: Path, corpus_name: str, split: str, fingerprint: str, max_contexts: int | None = None) -> Path:
+    """<cache_dir>/<corpus>-<split>[-max<N>]-<fingerprint>; a .jsonl corpus is named by stem + path hash."""
     if corpus_name.endswith(".jsonl"):
         p = Path(corpus_name).resolve()
         corpus_name = f"{p.stem}-{hashlib.sha256(str(p).encode()).hexdigest()[:8]}"
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{corpus_name}-{split}")
+    limit = f"-max{max_contexts}" if max_contexts else ""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{corpus_name}-{split}{limit}")
     return Path(cache_dir) / f"{slug}-{fingerprint}"
+
+
+def limit_corpus(corpus, max_contexts: int):
+    """The corpus cut to at most `max_contexts` database chunks, for models whose states are large.
+
+    Samples are kept in order while all their candidate contexts fit; the rest of the budget goes
+    to database chunks in corpus order (for WikiText, whose samples carry no candidates, that is
+    the first `max_contexts` chunks).
+    """
+    from picaso_core.data import Corpus
+
+    if max_contexts < 1:
+        raise ValueError(f"max_contexts must be >= 1, got {max_contexts}")
+    keep: dict[str, str] = {}
+    samples = []
+    for s in corpus.samples:
+        new = [cid for cid in s.context_ids if cid not in keep]
+        if len(keep) + len(new) > max_contexts:
+            break
+        keep.update((cid, corpus.database[cid]) for cid in new)
+        samples.append(s)
+    for cid, text in corpus.database.items():
+        if len(keep) >= max_contexts:
+            break
+        keep.setdefault(cid, text)
+    if not samples:
+        raise ValueError(f"max_contexts={max_contexts} is too small for even the first example's "
+                         f"{len(corpus.samples[0].contexts)} contexts; raise it")
+    return Corpus(corpus.name, corpus.split, samples, keep)
 
 
 def check_disk(model, n_contexts: int, folder: Path) -> None:
@@ -80,8 +110,8 @@ def check_disk(model, n_contexts: int, folder: Path) -> None:
     if need > 0.9 * free:
         raise StoreError(
             f"{n_contexts} states of {model.config.state_nbytes() / 2**20:.1f} MiB need {need / 2**30:.1f} GiB, "
-            f"but {probe} has {free / 2**30:.1f} GiB free; use a smaller corpus (a .jsonl file) or point "
-            "--cache-dir / PICASO_CACHE to a larger disk"
+            f"but {probe} has {free / 2**30:.1f} GiB free; store fewer contexts (--max-contexts / "
+            "PICASO_MAX_CONTEXTS, or a smaller .jsonl corpus) or point --cache-dir / PICASO_CACHE to a larger disk"
         )
 
 
@@ -115,11 +145,15 @@ def load_resources(
     split: str = DEFAULT_SPLIT,
     cache_dir: str | Path = DEFAULT_CACHE,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_contexts: int | None = None,
     device: str | None = None,
     embedder: Embedder | None = None,
     log: Callable[[str], None] = print,
 ) -> Resources:
-    """Load the model and corpus, open (or build) the state store and its retriever."""
+    """Load the model and corpus, open (or build) the state store and its retriever.
+
+    max_contexts: store at most this many contexts (see `limit_corpus`); None: the whole corpus.
+    """
     from picaso_core.data import load_corpus
     from picaso_core.loading import load_model
 
@@ -131,12 +165,15 @@ def load_resources(
 
     t = time.perf_counter()
     c = load_corpus(corpus, split)
+    if max_contexts:
+        c = limit_corpus(c, max_contexts)
     if not c.database:
         raise ValueError(f"corpus {corpus!r} ({split}) has no contexts to retrieve from; give a corpus with a database")
     times["corpus"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    store = open_or_build_store(m, c.database, store_folder(Path(cache_dir), corpus, split, m.fingerprint()), log)
+    folder = store_folder(Path(cache_dir), corpus, split, m.fingerprint(), max_contexts)
+    store = open_or_build_store(m, c.database, folder, log)
     times["store"] = time.perf_counter() - t
 
     t = time.perf_counter()
