@@ -40,15 +40,21 @@ def seconds(fn) -> float:
     return time.perf_counter() - t0
 
 
-def median_interleaved(fns: dict, repeats: int, warmup: bool = True) -> dict[str, float]:
-    """Median seconds of each fn, the fns run in turn each repeat so that load hits all alike."""
+def interleaved(fns: dict, repeats: int, warmup: bool = True) -> dict[str, list[float]]:
+    """Seconds of each fn over `repeats` rounds; each round runs every fn once, so that changes in
+    the machine's load hit all of them alike."""
     for fn in fns.values() if warmup else ():  # allocator, first-call paths
         fn()
     times = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
             times[k].append(seconds(fn))
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def ms(ts: list[float]) -> str:
+    """median (min) in ms"""
+    return f"{1e3 * statistics.median(ts):.1f} ({1e3 * min(ts):.1f})"
 
 
 def main() -> None:
@@ -75,37 +81,36 @@ def main() -> None:
           f"{max(ns)} contexts x {ctx_len} tokens")
     print(f"state: {state_mb:.1f} MiB per context; database build (encode_contexts of all): {db_s:.1f} s\n")
 
-    # 1. composition from stored states (no forward pass)
-    comp = {n: median_interleaved({m: (lambda m=m, n=n: compose(m, states[:n])) for m in STATE_METHODS}, repeats)
-            for n in ns}
+    # 1. composition from stored states (no forward pass): every (n, method) in each round
+    comp = interleaved({(n, m): (lambda m=m, n=n: compose(m, states[:n])) for n in ns for m in STATE_METHODS},
+                       repeats)
+    med = {k: statistics.median(v) for k, v in comp.items()}
 
-    # 2. composition from tokens (forward passes); fewer repeats, these take seconds each
-    concat, picconcat = {}, {}
-    for n in ns:
-        reps = 1 if (n - 1) * ctx_len > 500 else 2
-        concat[n] = statistics.median(
-            seconds(lambda n=n: compose_tokens(model, contexts[:n], "concat", states=states[:n])) for _ in range(reps))
-        if n <= args.picconcat_max_n:
-            picconcat[n] = seconds(lambda n=n: compose_tokens(model, contexts[:n], "picconcat_r"))
+    # 2. composition from tokens (forward passes): seconds each, so 2 rounds, PICConcat-R once
+    concat = interleaved({n: (lambda n=n: compose_tokens(model, contexts[:n], "concat", states=states[:n]))
+                          for n in ns}, 2, warmup=False)
+    picconcat = {n: seconds(lambda n=n: compose_tokens(model, contexts[:n], "picconcat_r"))
+                 for n in ns if n <= args.picconcat_max_n}
+    cmed = {n: statistics.median(v) for n, v in concat.items()}
 
-    print("## Time to build the query's starting state (ms; median of repeats)\n")
+    print("## Time to build the query's starting state: ms, median (min) of rounds\n")
     print("| n | tokens | " + " | ".join(STATE_METHODS.values())
           + " | Concat | PICConcat-R | Concat / PICASO-R | PICASO-S / PICASO-R |")
     print("|---" * 10 + "|")
     for n in ns:
-        c = comp[n]
         pic = f"{1e3 * picconcat[n]:.0f}" if n in picconcat else "not run"
-        print(f"| {n} | {n * ctx_len} | " + " | ".join(f"{1e3 * c[m]:.2f}" for m in STATE_METHODS)
-              + f" | {1e3 * concat[n]:.0f} | {pic} | {concat[n] / c['picaso_r']:.0f}x"
-              f" | {c['picaso_s'] / c['picaso_r']:.2f} |")
-    print("\nConcat at n = 1 is the stored state itself (no token to process).")
+        print(f"| {n} | {n * ctx_len} | " + " | ".join(ms(comp[n, m]) for m in STATE_METHODS)
+              + f" | {ms(concat[n])} | {pic} | {cmed[n] / med[n, 'picaso_r']:.0f}x"
+              f" | {med[n, 'picaso_s'] / med[n, 'picaso_r']:.2f} |")
+    print(f"\n{repeats} rounds for the state methods, 2 for Concat, 1 for PICConcat-R (n^2 contexts: "
+          f"run up to n = {args.picconcat_max_n}). Concat at n = 1 is the stored state itself.")
 
-    print("\n## Growth with n\n")
+    print("\n## Growth with n (medians)\n")
     print("| n | PICASO-R ms per state | PICASO-S ms per state | Concat ms per 100 tokens processed |")
     print("|---|---|---|---|")
     for n in ns:
-        per_tok = f"{1e3 * concat[n] / ((n - 1) * ctx_len / 100):.0f}" if n > 1 else "-"
-        print(f"| {n} | {1e3 * comp[n]['picaso_r'] / n:.2f} | {1e3 * comp[n]['picaso_s'] / n:.2f} | {per_tok} |")
+        per_tok = f"{1e3 * cmed[n] / ((n - 1) * ctx_len / 100):.0f}" if n > 1 else "-"
+        print(f"| {n} | {1e3 * med[n, 'picaso_r'] / n:.2f} | {1e3 * med[n, 'picaso_s'] / n:.2f} | {per_tok} |")
 
     # 3. the weighted sum against a plain copy of the same states
     n = 10 if 10 in ns else max(ns)
@@ -113,35 +118,38 @@ def main() -> None:
     W = composition_weights("picaso_r", torch.stack([s.log_decay for s in states[:n]]))
     stacked = torch.stack(ssms)
     buf = torch.empty_like(stacked)
-    t = median_interleaved({"wsum": lambda: weighted_sum(W, ssms), "clone": stacked.clone,
-                            "copy_": lambda: buf.copy_(stacked)}, repeats)
+    t = interleaved({"wsum": lambda: weighted_sum(W, ssms), "clone": stacked.clone,
+                     "copy_": lambda: buf.copy_(stacked)}, 3 * repeats)
     S = ssms[0].numel() * ssms[0].element_size()
-    bw = {"wsum": (n + 1) * S / t["wsum"], "clone": 2 * n * S / t["clone"], "copy_": 2 * n * S / t["copy_"]}
+    moved = {"wsum": (n + 1) * S, "clone": 2 * n * S, "copy_": 2 * n * S}
+    bw = {k: moved[k] / statistics.median(v) for k, v in t.items()}
     print(f"\n## Memory bandwidth of the weighted sum (ssm of n = {n} states, {n * S / 2**20:.0f} MiB)\n")
-    print("| op | bytes read + written | ms | GB/s |")
+    print("| op | bytes read + written | ms, median (min) | GB/s at the median |")
     print("|---|---|---|---|")
-    print(f"| weighted sum Σ W_k x_k | (n+1)·state | {1e3 * t['wsum']:.1f} | {bw['wsum'] / 1e9:.1f} |")
-    print(f"| clone of the stacked states | 2n·state | {1e3 * t['clone']:.1f} | {bw['clone'] / 1e9:.1f} |")
-    print(f"| copy_ into a preallocated buffer | 2n·state | {1e3 * t['copy_']:.1f} | {bw['copy_'] / 1e9:.1f} |")
+    for k, label, b in (("wsum", "weighted sum Σ W_k x_k", "(n+1)·state"),
+                        ("clone", "clone of the stacked states", "2n·state"),
+                        ("copy_", "copy_ into a preallocated buffer", "2n·state")):
+        print(f"| {label} | {b} | {ms(t[k])} | {bw[k] / 1e9:.1f} |")
     print(f"\nweighted sum / clone: {bw['wsum'] / bw['clone']:.0%}; / copy_: {bw['wsum'] / bw['copy_']:.0%} "
-          "(clone also pays page faults on a fresh allocation; copy_ is the stricter limit)")
+          "(clone pays page faults on its fresh allocation; copy_ into a warm buffer is the stricter limit)")
 
     # 4. scoring: one batched call vs one call per state (evaluate.run_methods)
     if not args.quick:
         q, c = contexts[0][:32], contexts[1][:32]
         few = states[:7]
-        t = median_interleaved({"batched": lambda: model.continuation_losses(q, c, few),
-                                "one by one": lambda: [model.continuation_loss(q, c, s) for s in few]},
-                               repeats=1, warmup=False)
-        print(f"\n## Scoring 7 states (32 + 32 tokens each): batched {t['batched']:.2f} s, "
-              f"one by one {t['one by one']:.2f} s ({t['one by one'] / t['batched']:.1f}x)")
+        t = interleaved({"batched": lambda: model.continuation_losses(q, c, few),
+                         "one by one": lambda: [model.continuation_loss(q, c, s) for s in few]},
+                        repeats=1, warmup=False)
+        print(f"\n## Scoring 7 states (32 + 32 tokens each): batched {t['batched'][0]:.2f} s, "
+              f"one by one {t['one by one'][0]:.2f} s ({t['one by one'][0] / t['batched'][0]:.1f}x)")
 
     n = 10 if 10 in ns else max(ns)
     print("\n## Targets")
-    print(f"- PICASO-R vs Concat at n = {n}: {concat[n] / comp[n]['picaso_r']:.0f}x faster (target >= 20x; "
+    print(f"- PICASO-R vs Concat at n = {n}: {cmed[n] / med[n, 'picaso_r']:.0f}x faster (target >= 20x; "
           "paper 5.4x on GPU)")
-    print(f"- PICASO-S / PICASO-R at n = {n}: {comp[n]['picaso_s'] / comp[n]['picaso_r']:.2f} (target <= 2)")
-    print(f"- weighted sum bandwidth / copy: {bw['wsum'] / max(bw['clone'], bw['copy_']):.0%} (target >= 50%)")
+    print(f"- PICASO-S / PICASO-R at n = {n}: {med[n, 'picaso_s'] / med[n, 'picaso_r']:.2f} (target <= 2)")
+    print(f"- weighted sum bandwidth: {bw['wsum'] / bw['clone']:.0%} of a clone, {bw['wsum'] / bw['copy_']:.0%} "
+          "of a copy_ (target >= 50%)")
 
 
 if __name__ == "__main__":

@@ -96,31 +96,38 @@ def picaso_r_weights(log_decays: Tensor) -> Tensor:
     return (T + caso_weights(log_decays) * R) / n
 
 
-def picaso_s_weights(log_decays: Tensor) -> Tensor:
+def picaso_s_weights(log_decays: Tensor, max_table_bytes: int = 256 << 20) -> Tensor:
     """PICASO-S (prop. 2; Algorithms 1-2): W_k = (1/n) Σ_{m=0}^{n-1} e_m(A_{-k}) / C(n-1, m).
 
     The DP of Algorithm 2, e_m(j) = e_m(j-1) + a_j e_{m-1}(j-1), run on ê_m(j) = e_m(j) / C(j, m)
     directly. Dividing the recurrence by C(j, m) gives a convex combination,
         ê_m(j) = ((j-m)/j) ê_m(j-1) + (m/j) a_j ê_{m-1}(j-1),
     so every ê stays in [0, 1]: no binomials of size C(49, 24) ~ 6e13, no overflow at n = 50, and
-    W_k = (1/n) Σ_m ê_m(A_{-k}). The DP runs for all k at once on the n-1 decays other than A_k
-    (Algorithm 1): n-1 steps over an [n, n, ...] table, O(n^3) operations as in the paper, and
-    n^2 decay-sized tensors of memory (n^2 * 576 floats for mamba2-130m; for Mamba-1, whose decay
-    has the size of the state, that is n^2 states).
+    W_k = (1/n) Σ_m ê_m(A_{-k}). As Algorithm 1, the DP runs on the n-1 decays other than A_k, for
+    many k at once: O(n^3) operations as in the paper, on a table [k, m, ...] of n decays per k.
+    That is tiny for Mamba-2 (576 floats per decay for mamba2-130m: every k in one table), but a
+    Mamba-1 decay has the size of the state, so the k's are split to keep each table under
+    `max_table_bytes`.
     log_decays [n, ...] -> W [n, ...]."""
     n = log_decays.shape[0]
     a = log_decays.exp()
-    rest = (1,) * (a.dim() - 1)
-    others = torch.tensor([[j for j in range(n) if j != k] for k in range(n)], dtype=torch.long, device=a.device)
-    a_minus = a[others.reshape(-1)].reshape(n, n - 1, *a.shape[1:])  # [n(k), n-1, ...]: A_{-k}
-    m = torch.arange(n, dtype=a.dtype, device=a.device).view(1, n, *rest)  # degree m = 0..n-1
-    e_hat = torch.zeros(n, n, *a.shape[1:], dtype=a.dtype, device=a.device)  # [n(k), n(m), ...]
-    e_hat[:, 0] = 1  # ê_0 = 1 (empty product); ê_m = 0 for m > j
-    for j in range(1, n):
+    others = torch.tensor([[j for j in range(n) if j != k] for k in range(n)], dtype=torch.long,
+                          device=a.device).view(n, n - 1)  # row k: the indices of A_{-k}
+    rows = max(1, max_table_bytes // (n * a[0].numel() * a.element_size()))  # k's per table
+    return torch.cat([_sum_mean_esp(a[others[k0:k0 + rows]]) for k0 in range(0, n, rows)]) / n
+
+
+def _sum_mean_esp(a: Tensor) -> Tensor:
+    """Σ_{m=0}^{J} ê_m(a_1..a_J) for r independent sets of J decays: a [r, J, ...] -> [r, ...]."""
+    r, J = a.shape[:2]
+    m = torch.arange(J + 1, dtype=a.dtype, device=a.device).view(1, J + 1, *(1,) * (a.dim() - 2))
+    e_hat = torch.zeros(r, J + 1, *a.shape[2:], dtype=a.dtype, device=a.device)  # [r, m, ...]
+    e_hat[:, 0] = 1  # ê_0 = 1 (the empty product); ê_m = 0 for m > j
+    for j in range(1, J + 1):
         shifted = torch.cat([torch.zeros_like(e_hat[:, :1]), e_hat[:, :-1]], dim=1)  # ê_{m-1}(j-1)
         keep = ((j - m) / j).clamp(min=0)  # zero for m >= j, so ê_m stays 0 for m > j
-        e_hat = keep * e_hat + (m / j) * a_minus[:, j - 1, None] * shifted
-    return e_hat.sum(1) / n
+        e_hat = keep * e_hat + (m / j) * a[:, j - 1, None] * shifted
+    return e_hat.sum(1)
 
 
 _WEIGHT_FNS = {"soup": soup_weights, "caso": caso_weights, "picaso_s": picaso_s_weights,
@@ -191,30 +198,22 @@ def decay_mix(earlier: ContextState, later: ContextState, *, conv: str = "mean")
     return compose("caso", [earlier, later], conv=conv)
 
 
-def weighted_sum(W: Tensor, xs: Sequence[Tensor], block_bytes: int = 32 << 20) -> Tensor:
+def weighted_sum(W: Tensor, xs: Sequence[Tensor]) -> Tensor:
     """Σ_k W_k x_k. W [n, ...] broadcastable to each x_k (or [n] scalars); xs n tensors [L, ...].
 
     The cost of every composition: memory-bound, it should read each x_k once and write the
-    result once. Stacking the states first would itself copy all of them, so the sum runs as
-    n in-place-free addcmuls over blocks of layers of about `block_bytes`: a block of the running
-    sum stays in the last-level cache while the n states stream past (one block for mamba2-130m's
-    19 MB state, a few for the 2.7b's 168 MB). Smaller blocks save a little on an idle CPU but
-    each op is a parallel region, and on an oversubscribed machine each one costs milliseconds
-    of thread scheduling (measured on a shared 2-core machine at n = 10: 4 MiB blocks, 60 ops,
-    took 5x longer than one block, 10 ops).
+    result once. Stacking the states first would itself copy all of them, and a chain of
+    out-of-place adds allocates n fresh state-sized buffers (page faults: 1.7x slower for
+    mamba2-130m at n = 10, measured), so the sum accumulates in place into one fresh tensor.
+    That is safe for autograd and keeps compose pure: the accumulator is new, and addcmul's
+    backward needs W_k and x_k, not the running sum (test_gradcheck).
     """
-    n, L = len(xs), xs[0].shape[0]
     if W.dim() == 1:
         W = W.view(-1, *(1,) * xs[0].dim())
-    W = W.expand(n, L, *W.shape[2:])  # [n, L, ...]
-    step = max(1, block_bytes // max(1, xs[0][0].numel() * xs[0].element_size()))
-    blocks = []
-    for lo in range(0, L, step):
-        acc = W[0, lo:lo + step] * xs[0][lo:lo + step]
-        for k in range(1, n):
-            acc = torch.addcmul(acc, W[k, lo:lo + step], xs[k][lo:lo + step])
-        blocks.append(acc)
-    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+    acc = W[0] * xs[0]
+    for k in range(1, len(xs)):
+        acc.addcmul_(W[k], xs[k])
+    return acc
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,9 +300,10 @@ def _check_states(states: Sequence[ContextState]) -> None:
 
 def _check_output(out: ContextState, states: Sequence[ContextState]) -> None:
     """NaN/inf in any input reaches the weighted sum (even with weight 0: 0 * nan = nan), so one
-    check of the result finds it at 1/n of the cost of checking every input; only on failure are
-    the inputs searched, to name the culprit."""
-    if torch.isfinite(out.ssm).all() and torch.isfinite(out.conv).all():
+    check of the result finds it at 1/n of the cost of checking every input; the check is a sum
+    (a NaN or inf anywhere makes it non-finite; no boolean tensor to allocate), and only when it
+    fails are the elements and then the inputs searched, to name the culprit."""
+    if all(torch.isfinite(t.sum()) or torch.isfinite(t).all() for t in (out.ssm, out.conv)):
         return
     for i, s in enumerate(states):
         s.check_finite(what=f"state {i} of {len(states)}")

@@ -200,7 +200,11 @@ class _ContextCache:
 def _used(sample, k: int | None) -> list:
     """The contexts of `sample` used at k: the LAST k, most relevant last."""
     ctx = list(sample.contexts)
-    return ctx if k is None else ctx[len(ctx) - k:] if k > 0 else []
+    if k is None:
+        return ctx
+    if k < 0:
+        raise ValueError(f"k must be >= 0 (or None for all contexts), got {k}")
+    return ctx[max(0, len(ctx) - k):] if k > 0 else []
 
 
 def _evaluate(model, samples, k, methods, progress, cache: _ContextCache) -> EvalSummary:

@@ -98,6 +98,8 @@ def test_weight_functions_match_brute_force(n):
     ld = -3 * torch.rand(n, 4, 2, dtype=F64, generator=torch.Generator().manual_seed(n))
     orders = list(itertools.permutations(range(n)))
     torch.testing.assert_close(picaso_s_weights(ld), brute_weights(ld, orders), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(picaso_s_weights(ld, max_table_bytes=1), brute_weights(ld, orders),
+                               rtol=1e-12, atol=1e-14)  # one k per DP table (large Mamba-1 decays)
     torch.testing.assert_close(picaso_r_weights(ld), brute_weights(ld, rotations(n)), rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(caso_weights(ld), brute_weights(ld, [tuple(range(n))]), rtol=1e-12, atol=1e-14)
 
@@ -207,12 +209,14 @@ def test_decay_mix_is_state_soup_eq(family):
     torch.testing.assert_close(decay_mix(early, late).ssm, late.ssm + late.log_decay.exp() * early.ssm)
 
 
-def test_weighted_sum_blocks_agree_with_one_einsum():
-    xs = [torch.randn(6, 3, 2, 4, dtype=F64) for _ in range(4)]
-    W = torch.rand(4, 6, 3, 1, 1, dtype=F64)
-    ref = torch.einsum("klh,klhpn->lhpn", W[..., 0, 0], torch.stack(xs))
-    for block in (1, 200, 1 << 20):  # one layer per block, a few, all in one
-        torch.testing.assert_close(weighted_sum(W, xs, block_bytes=block), ref)
+def test_weighted_sum_matches_einsum(family):
+    states = rand_states(4, family, seed=11)
+    xs = [s.ssm for s in states]
+    W = caso_weights(torch.stack([s.log_decay for s in states])).expand(4, *xs[0].shape)
+    torch.testing.assert_close(weighted_sum(W, xs), torch.einsum("k...,k...->...", W, torch.stack(xs)))
+    w = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=F64)  # [n] scalars
+    torch.testing.assert_close(weighted_sum(w, xs), sum(wi * x for wi, x in zip(w, xs)))
+    assert all(x.equal(s.ssm) for x, s in zip(xs, states))  # inputs untouched
 
 
 # ---- Prop. 4 -------------------------------------------------------------------------------
@@ -273,6 +277,13 @@ def test_bad_input_raises_value_error():
     compose("weighted", states, weights=[1, -1, 0], conv="last")  # task arithmetic: fine
     with pytest.raises(ValueError, match="conv="):
         compose("soup", states, conv="first")
+    big = [s.to(dtype=torch.float32) for s in states[:2]]
+    big = [ContextState(torch.full_like(s.ssm, 3e38), s.conv, s.log_decay, 1) for s in big]
+    with pytest.raises(ValueError, match="overflowed"):
+        compose("weighted", big, weights=[1.0, 1.0])
+    large = [ContextState(torch.full_like(s.ssm, 1e37), s.conv, s.log_decay, 1) for s in big]
+    assert torch.isinf(large[0].ssm.sum())  # every element finite, only their sum overflows: fine
+    assert torch.isfinite(compose("soup", large).ssm).all()
 
 
 # ---- gradients (backpropagation through composition, sec. 5) -----------------------------------

@@ -124,6 +124,10 @@ def test_k_uses_the_last_contexts_and_k_sweep_matches(model):
         assert k1.losses["picaso_r"][i] == pytest.approx(ref, abs=1e-5)
     full = evaluate_samples(model, samples, methods=("none", "concat", "picaso_r"))
     assert k3.losses == pytest.approx(full.losses)
+    more = evaluate_samples(model, samples, k=7, methods=("none", "concat", "picaso_r"))  # k > available: all
+    assert more.losses == pytest.approx(full.losses)
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        evaluate_samples(model, samples, k=-1)
 
 
 def test_text_samples_through_the_tokenizer(tiny_model_dir):
