@@ -216,6 +216,7 @@ class SSMLanguageModel(nn.Module):
         return state
 
     # ---- forward ---------------------------------------------------------------------------
+    @torch.compiler.disable  # runs eagerly: traced, its int() reads would recompile per value
     def _check_ids(self, ids: Tensor) -> Tensor:
         if not isinstance(ids, Tensor) or ids.dim() != 2:
             raise ValueError("ids must be a LongTensor of shape [batch, time]")

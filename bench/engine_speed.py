@@ -1,0 +1,125 @@
+"""Context encoding throughput and state sizes (issue: SSM engine).
+
+    python bench/engine_speed.py            # mamba2-130m shape, random weights, float32, CPU
+    python bench/engine_speed.py --quick    # a smaller model, for a smoke run
+
+Measured side by side in one run, on the same weights:
+  * batched `encode_contexts` (32 contexts x 128 tokens, one padded batch)
+  * the same contexts through `encode_context` one at a time
+  * transformers' Mamba2 backbone (Mamba2Model.forward, no lm_head: the same work as encoding)
+Prints tokens/s and ratios (medians of --repeats). These 2-core machines are shared and noisy:
+quote the ratios; absolute times only on a quiet machine or a GPU.
+
+Also prints the table of state bytes per context for the released Mamba / Mamba-2 checkpoints
+(from their configs) next to the KV cache per token of a transformer of similar size (Pythia).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
+
+# (name, d_model, n_layer) of the released checkpoints (their config.json files)
+MAMBA2 = [("mamba2-130m", 768, 24), ("mamba2-370m", 1024, 48), ("mamba2-780m", 1536, 48),
+          ("mamba2-1.3b", 2048, 48), ("mamba2-2.7b", 2560, 64)]
+MAMBA1 = [("mamba-130m", 768, 24), ("mamba-370m", 1024, 48), ("mamba-790m", 1536, 48),
+          ("mamba-1.4b", 2048, 48), ("mamba-2.8b", 2560, 64)]
+# Pythia (GPT-NeoX, the same tokenizer) of matching size: (name, n_layer, d_model)
+PYTHIA = [("pythia-160m", 12, 768), ("pythia-410m", 24, 1024), ("pythia-1b", 16, 2048),
+          ("pythia-1.4b", 24, 2048), ("pythia-2.8b", 32, 2560)]
+
+
+def mamba2_130m_config(quick: bool) -> ModelConfig:
+    if quick:
+        return ModelConfig(d_model=256, n_layer=4, vocab_size=50277, pad_vocab_size_multiple=16,
+                           ssm_cfg=dict(layer="Mamba2", headdim=64))
+    return ModelConfig(d_model=768, n_layer=24, vocab_size=50277, pad_vocab_size_multiple=16,
+                       ssm_cfg=dict(layer="Mamba2"))
+
+
+def transformers_twin(model: SSMLanguageModel):
+    """transformers' Mamba2Model holding exactly `model`'s weights (backbone only)."""
+    import transformers
+
+    c = model.config
+    s = c.ssm_cfg
+    hf_cfg = transformers.Mamba2Config(
+        vocab_size=c.padded_vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layer,
+        state_size=s.d_state, expand=s.expand, head_dim=s.headdim, num_heads=c.nheads,
+        n_groups=s.ngroups, conv_kernel=s.d_conv, chunk_size=s.chunk_size, tie_word_embeddings=True)
+    hf = transformers.Mamba2Model(hf_cfg).eval()
+    sd = {k.removeprefix("backbone.").replace("embedding.", "embeddings."): v
+          for k, v in model.state_dict().items() if k.startswith("backbone.")}
+    hf.load_state_dict(sd, strict=True)
+    return hf
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def state_size_table() -> str:
+    rows = ["| model | state per context (fp32) | transformer of similar size | KV cache per token (fp16) | "
+            "tokens of KV cache = one state |", "|---|---|---|---|---|"]
+    for (m2, m1), (pname, pl, pd) in zip(zip(MAMBA2, MAMBA1), PYTHIA):
+        kv = 2 * pl * pd * 2  # K and V, per layer, fp16
+        for name, d, L in (m2, m1):
+            layer = "Mamba2" if name.startswith("mamba2") else "Mamba1"
+            nbytes = ModelConfig(d_model=d, n_layer=L, ssm_cfg=dict(layer=layer)).state_nbytes()
+            rows.append(f"| {name} | {nbytes / 2**20:.1f} MiB | {pname} | {kv / 2**10:.0f} KiB | {nbytes / kv:,.0f} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--contexts", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+
+    torch.manual_seed(0)
+    model = SSMLanguageModel(mamba2_130m_config(args.quick)).eval()
+    hf = transformers_twin(model)
+    ctx = torch.randint(0, 50277, (args.contexts, args.tokens))
+    n_tok = ctx.numel()
+
+    with torch.no_grad():
+        # parity first: the comparison is only meaningful if both compute the same thing
+        ours_h, _ = model.hidden_states(ctx[:2])
+        ref_h = hf(ctx[:2]).last_hidden_state
+        parity = (ours_h - ref_h).abs().max().item()
+        model.encode_contexts(ctx[:2].tolist())  # warm-up
+        t_batched = timed(lambda: model.encode_contexts(list(ctx), batch_size=args.contexts), args.repeats)
+        t_single = timed(lambda: [model.encode_context(c) for c in ctx], max(1, args.repeats - 1))
+        t_hf = timed(lambda: hf(ctx), args.repeats)
+
+    print(f"model: d_model={model.config.d_model} n_layer={model.config.n_layer} "
+          f"({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M params), float32, "
+          f"{torch.get_num_threads()} threads; {args.contexts} contexts x {args.tokens} tokens")
+    print(f"hidden-state parity with transformers: max |diff| = {parity:.2e}\n")
+    print("| path | tokens/s | vs batched encode_contexts |\n|---|---|---|")
+    for name, t in (("encode_contexts (batched)", t_batched), ("encode_context one at a time", t_single),
+                    ("transformers Mamba2Model.forward (batched)", t_hf)):
+        print(f"| {name} | {n_tok / t:,.0f} | {t / t_batched:.2f}x time |")
+    print(f"\nbatched / one-at-a-time speedup: {t_single / t_batched:.2f}x;  "
+          f"batched vs transformers: {t_hf / t_batched:.2f}x (>= 1 means ours is at least as fast)\n")
+    print(state_size_table())
+
+
+if __name__ == "__main__":
+    main()
