@@ -82,7 +82,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _tqdm_progress(desc: str) -> Progress:
+def tqdm_progress(desc: str) -> Progress:
     """A progress(done, total) callback drawing a tqdm bar on stderr."""
     from tqdm.auto import tqdm
 
@@ -302,7 +302,7 @@ class StateStore:
         if not items:
             return []
         if progress is True:
-            progress = _tqdm_progress(f"encoding {len(items)} contexts")
+            progress = tqdm_progress(f"encoding {len(items)} contexts")
         shard_size = shard_size or max(1, SHARD_BYTES // self.model.config.state_nbytes())
         tok = self.model.tokenizer
         token_ids = {cid: tok.encode(text + self.suffix) for cid, text in items}
@@ -377,7 +377,7 @@ class StateStore:
         for file in bad:
             si = next(i for i, s in enumerate(self._shards) if s.file == file)
             cids = self._shards[si].ids
-            bar = _tqdm_progress(f"re-encoding {file}") if progress is True else progress
+            bar = tqdm_progress(f"re-encoding {file}") if progress is True else progress
             states = self.model.encode_contexts([self.token_ids(c) for c in cids], progress=bar or None)
             self._write_shard(cids, states, index=si)
         if bad:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from picaso_core.retrieval import Embedder, Retriever
-from picaso_core.store import StateStore, StoreError
+from picaso_core.store import StateStore, StoreError, tqdm_progress
 
 # Every context is tokenised as text + "\n\n": the separator the demo model saw between contexts
 # and before the query (data/demo_world.py CONTEXT_SEP), and a paragraph break for real models.
@@ -177,6 +177,6 @@ def load_resources(
     times["store"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    retriever = Retriever.for_store(store, embedder)
+    retriever = Retriever.for_store(store, embedder, progress=tqdm_progress("embedding contexts for retrieval"))
     times["retriever"] = time.perf_counter() - t
     return Resources(m, model, c, store, retriever, max_tokens, times)
