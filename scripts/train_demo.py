@@ -109,7 +109,7 @@ def main(argv=None) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        tokens += rows[:, :-1].numel()
+        tokens += args.batch * args.seq_len
         if step % args.log_every == 0 or step == 1:
             el = time.time() - t0
             log.append({"step": step, "loss": round(loss.item(), 4), "lr": lr, "tokens": tokens, "seconds": round(el, 1)})
