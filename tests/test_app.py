@@ -250,6 +250,7 @@ def test_compose_endpoint_through_gradio_client(app_url):
     client = Client(app_url, verbose=False)
     out = client.predict(query="Velmora, the city of blue glass, was founded",
                          continuation=" in 1423 by Osric Dallen.", k=3, api_name="/compose")
+    assert len(out) == 6  # order, summary, table, plot, generations, this session's runs
     order_html, table = out[0], out[2]
     rows = {r[0]: r for r in table["data"]}
     assert list(rows) == METHODS
