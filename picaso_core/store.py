@@ -181,6 +181,7 @@ class StateStore:
             "contexts": [],
         }
         store = cls(folder, model, meta, cache_bytes=cache_bytes, verify=True)
+        store._save_meta()  # an empty, valid store at once: an old store.json never outlives its shards
         store.add(contexts, shard_size=shard_size, batch_size=batch_size, progress=progress)
         return store
 

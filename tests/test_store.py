@@ -76,6 +76,8 @@ def test_missing_store_and_existing_store_name_the_fix(model, built, tmp_path):
         StateStore.build(model, CONTEXTS, tmp_path / "store", progress=False)
     rebuilt = StateStore.build(model, CONTEXTS[:2], tmp_path / "store", overwrite=True, progress=False)
     assert len(rebuilt) == 2 and len(list((tmp_path / "store").glob("shard-*"))) == 1
+    empty = StateStore.build(model, [], tmp_path / "store", overwrite=True, progress=False)
+    assert len(empty) == 0 and len(StateStore.open(tmp_path / "store", model)) == 0
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
