@@ -1,6 +1,7 @@
 """Regenerate the bundled demo data and tokenizer (seeded: two runs give identical files).
 
-    python scripts/build_demo_data.py            # writes assets/demo_data/ and assets/tokenizer.json
+    python scripts/build_demo_data.py            # writes assets/demo_data/ (and assets/tokenizer.json if missing)
+    python scripts/build_demo_data.py --tokenizer   # also retrains assets/tokenizer.json
     python scripts/build_demo_data.py --out /tmp/x --seed 1
 
 Writes, under <out>/demo_data/:
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "assets", help="folder for tokenizer.json and demo_data/")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer", action="store_true",
+                    help="retrain tokenizer.json too (it is kept when present: the bundled model depends on it)")
     args = ap.parse_args(argv)
 
     data_dir = args.out / "demo_data"
@@ -98,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     (data_dir / "skill_tasks.json").write_text(json.dumps(tasks, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     counts["skill_tasks.json"] = len(tasks)
 
-    save(train_bpe(tokenizer_texts(args.seed), VOCAB_SIZE), args.out / "tokenizer.json")
+    if args.tokenizer or not (args.out / "tokenizer.json").exists():
+        save(train_bpe(tokenizer_texts(args.seed), VOCAB_SIZE), args.out / "tokenizer.json")
 
     files = sorted(p for p in data_dir.iterdir() if p.name != "MANIFEST.json") + [args.out / "tokenizer.json"]
     manifest = {

@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
+from picaso_core import ModelConfig, SSMLanguageModel, load_model  # noqa: E402
 from picaso_core.data.demo_world import render_parts, training_examples  # noqa: E402
 from picaso_core.loading import ASSETS, save_model  # noqa: E402
 from picaso_core.tokenizer import Tokenizer  # noqa: E402
@@ -58,6 +58,8 @@ def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ASSETS / "demo_model"))
+    ap.add_argument("--init", default=None, help="start from this model folder instead of random weights "
+                    "(a second training phase)")
     ap.add_argument("--minutes", type=float, default=50.0, help="wall-clock training budget")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=512)
@@ -75,7 +77,12 @@ def main(argv=None) -> None:
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     tok = Tokenizer.from_file(ASSETS / "tokenizer.json")
-    model = SSMLanguageModel(demo_config(tok.vocab_size))
+    if args.init:
+        model = load_model(args.init)
+        if model.tokenizer.vocab_size != tok.vocab_size:
+            raise ValueError(f"{args.init} was trained with another tokenizer than {ASSETS / 'tokenizer.json'}")
+    else:
+        model = SSMLanguageModel(demo_config(tok.vocab_size))
     model.tokenizer = tok
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params / 1e6:.2f}M  config {json.dumps(model.config.to_dict())}", flush=True)
@@ -121,9 +128,14 @@ def main(argv=None) -> None:
 
     model.eval()
     save_model(model, args.out)
+    phases = []
+    if args.init and (Path(args.init) / "train_log.json").exists():
+        prev = json.loads((Path(args.init) / "train_log.json").read_text())
+        phases = prev.get("phases", [prev])
     summary = {"params": n_params, "steps": step, "tokens": tokens, "minutes": round((time.time() - t0) / 60, 1),
                "final_loss": log[-1]["loss"] if log else None, "args": vars(args),
                "torch_threads": torch.get_num_threads(), "log": log}
+    summary["phases"] = [{k: v for k, v in p.items() if k != "phases"} for p in phases] + [dict(summary)]
     (Path(args.out) / "train_log.json").write_text(json.dumps(summary, indent=1))
     print(f"saved to {args.out}: {step} steps, {tokens / 1e6:.1f}M tokens, {summary['minutes']} min")
 

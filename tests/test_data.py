@@ -395,3 +395,25 @@ def test_bad_corpus_arguments():
         load_corpus("wikitext", split="dev")
     with pytest.raises(ValueError, match="no such"):
         load_corpus("/nonexistent/file.jsonl")
+
+
+def test_continuations_copy_their_gold_chunks_and_paraphrase_does_not():
+    """The demo continuation restates each fact in its gold chunk's own words, so a model that
+    copies from context can predict it; the paraphrase variant words facts differently."""
+    import random
+    import re
+
+    from picaso_core.data.demo_world import build_world, retrieval_sample
+
+    world = build_world(random.Random(5), 12, "test")
+    verbatim = paraphrased = 0
+    for i, ent in enumerate(world.entities[:8]):
+        s = retrieval_sample(world, ent, random.Random(i), f"s{i}")
+        gold = [t for cid, t in s.contexts if cid in s.gold_ids]
+        for sentence in re.split(r"(?<=\.) ", s.continuation.strip()):
+            assert any(sentence in g for g in gold), sentence
+            verbatim += 1
+        p = retrieval_sample(world, ent, random.Random(i), f"p{i}", paraphrase=True)
+        gold_p = [t for cid, t in p.contexts if cid in p.gold_ids]
+        paraphrased += sum(not any(x in g for g in gold_p) for x in re.split(r"(?<=\.) ", p.continuation.strip()))
+    assert verbatim >= 24 and paraphrased > 0

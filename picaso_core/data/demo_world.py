@@ -91,9 +91,20 @@ def _pick_distractors(
     return picked
 
 
-def retrieval_sample(world: World, target: Entity, rng: random.Random, sample_id: str) -> RetrievalSample:
+def _restate(target: Entity, attr: str, rng: random.Random, paraphrase: bool) -> str:
+    """A fact sentence for a continuation or answer: as its chunk words it (copyable from
+    context), or, with `paraphrase`, in another phrasing (needs associative recall: a harder
+    variant for models larger than the bundled demo)."""
+    if paraphrase:
+        return target.fill(rng.choice(target.attribute(attr).restate), target.facts[attr])
+    return target.chunks[target.chunk_of(attr)].sentences[attr]
+
+
+def retrieval_sample(world: World, target: Entity, rng: random.Random, sample_id: str,
+                     paraphrase: bool = False) -> RetrievalSample:
     """WikiText-protocol sample: the query introduces `target`, the continuation restates 3-5 of
-    its facts, which only the 2-4 gold chunks hold; 1-3 distractors complete 3-5 candidates."""
+    its facts (in the words of the 2-4 gold chunks that alone hold them, unless `paraphrase`);
+    1-3 distractors complete 3-5 candidates."""
     n_gold = rng.randint(2, len(target.chunks))
     gold = rng.sample(range(len(target.chunks)), n_gold)
     n_facts = rng.randint(max(3, n_gold), 5)  # continuation of ~20-60 tokens
@@ -102,7 +113,7 @@ def retrieval_sample(world: World, target: Entity, rng: random.Random, sample_id
     spare = [a for j in gold for a in target.chunks[j].attributes if a not in attrs]
     attrs += rng.sample(spare, min(len(spare), n_facts - len(attrs)))
     values = [target.facts[a] for a in attrs]
-    sentences = [target.fill(rng.choice(target.attribute(a).restate), target.facts[a]) for a in attrs]
+    sentences = [_restate(target, a, rng, paraphrase) for a in attrs]
     query = " ".join([target.intro, target.fill(rng.choice(target.etype.fillers))])
     n_distract = rng.randint(1, MAX_CONTEXTS - n_gold)
     gold_ctx = [(world.chunk_id(target, j), target.chunks[j].text) for j in gold]
@@ -119,13 +130,14 @@ def retrieval_sample(world: World, target: Entity, rng: random.Random, sample_id
     )
 
 
-def qa_sample(world: World, target: Entity, rng: random.Random, sample_id: str) -> RetrievalSample:
+def qa_sample(world: World, target: Entity, rng: random.Random, sample_id: str,
+              paraphrase: bool = False) -> RetrievalSample:
     """MS MARCO-shaped sample: one question about one fact; candidates = the chunk that states
     it (is_selected), maybe another chunk of the same entity, and chunks of other entities."""
     attr = rng.choice(target.etype.attributes)
     value = target.facts[attr.name]
     question = target.fill(attr.question)
-    answer = target.fill(rng.choice(attr.restate), value)
+    answer = _restate(target, attr.name, rng, paraphrase)
     j = target.chunk_of(attr.name)
     gold = (world.chunk_id(target, j), target.chunks[j].text)
     contexts = [gold]

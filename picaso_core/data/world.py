@@ -137,7 +137,7 @@ class Attribute:
     name: str
     kind: str  # value kind for draw_value
     chunk: tuple[str, ...]  # >= 3 phrasings used in database chunks
-    restate: tuple[str, ...]  # phrasings used in continuations and QA answers
+    restate: tuple[str, ...]  # other phrasings, for the paraphrase variant of samples (demo_world)
     question: str  # MS MARCO-style question
 
 
@@ -290,6 +290,7 @@ class Chunk:
     text: str  # opener + body: what the database stores
     body: str  # the sentences without the opener (used to write a whole article)
     attributes: tuple[str, ...]  # the facts this chunk states
+    sentences: dict[str, str] = field(default_factory=dict)  # attribute -> its sentence as written here
 
 
 @dataclass
@@ -365,10 +366,12 @@ def _make_chunks(ent: Entity, rng: random.Random) -> list[Chunk]:
     for size in sizes:
         group = names[start : start + size]
         start += size
-        sentences = [ent.fill(rng.choice(ent.attribute(a).chunk), ent.facts[a]) for a in group]
+        facts = {a: ent.fill(rng.choice(ent.attribute(a).chunk), ent.facts[a]) for a in group}
+        sentences = list(facts.values())
         for f in rng.sample(ent.etype.fillers, rng.randint(2, 3)):
             sentences.insert(rng.randint(0, len(sentences)), ent.fill(f))
         body = " ".join(sentences)
         # Name the entity up front so a retriever can match the chunk to its query.
-        chunks.append(Chunk(text=f"{ent.fill(rng.choice(_OPENERS))} {body}", body=body, attributes=tuple(group)))
+        chunks.append(Chunk(text=f"{ent.fill(rng.choice(_OPENERS))} {body}", body=body, attributes=tuple(group),
+                            sentences=facts))
     return chunks
