@@ -1,4 +1,4 @@
-# PICASO Explorer as a Hugging Face Space (sdk: docker, app_port: 7860); see docs/DEPLOY.md.
+# PICASO Explorer as a Hugging Face Space (sdk: docker, app_port: 7860); see README.md ("Deploying as a Hugging Face Space").
 #   docker build -t picaso-explorer . && docker run -p 7860:7860 picaso-explorer
 #   docker run -p 7860:7860 -e PICASO_MODEL=state-spaces/mamba2-370m -e PICASO_CORPUS=wikitext picaso-explorer
 FROM python:3.11-slim

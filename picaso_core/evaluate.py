@@ -62,7 +62,7 @@ def _build_state(model, method: str, context_ids, context_states) -> ContextStat
 
 
 def run_methods(model, query_ids, continuation_ids, context_ids, context_states=None, methods=METHODS,
-                generate_tokens: int = 0, seed: int = 0) -> list[MethodResult]:
+                generate_tokens: int = 0, seed: int = 0, temperature: float = 0.0) -> list[MethodResult]:
     """Score `continuation_ids` after `query_ids` from the state each method builds.
 
     Args:
@@ -73,8 +73,9 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
             here once with `model.encode_contexts` (the database build, charged to no method and
             reported in each result's `note`).
         methods: a subset of METHODS, in the order of the results.
-        generate_tokens: > 0 also samples that many tokens after the query from each state, with
-            the same `seed` for every method.
+        generate_tokens: > 0 also generates that many tokens after the query from each state, with
+            the same `seed` for every method; `temperature` 0 (the default) is greedy, so methods
+            differ only by their states.
     Returns:
         one MethodResult per method. Each state is built and timed on its own (`compose_s`); the
         states are then scored together in one `continuation_losses` call, 1.2-2.4x faster on
@@ -103,7 +104,7 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
 
     results = []
     for method, state, loss, c_s in zip(methods, states, losses, compose_s):
-        gen = (model.generate(query_ids, state, max_new_tokens=generate_tokens, seed=seed)
+        gen = (model.generate(query_ids, state, max_new_tokens=generate_tokens, temperature=temperature, seed=seed)
                if generate_tokens > 0 else None)
         notes = [f"scored with the other {len(methods) - 1} methods in one batched call; process_s = its time "
                  f"/ {len(methods)}"] if len(methods) > 1 else []

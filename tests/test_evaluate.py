@@ -69,7 +69,9 @@ def test_no_contexts_every_method_is_the_baseline(model):
 def test_generation_is_seeded_and_per_method(model):
     res = _by_method(run_methods(model, QUERY, CONT, CONTEXTS, methods=("none", "picaso_r"),
                                  generate_tokens=4, seed=3))
-    assert res["none"].generation == model.generate(QUERY, None, max_new_tokens=4, seed=3)
+    assert res["none"].generation == model.generate(QUERY, None, max_new_tokens=4, temperature=0)  # greedy default
+    sampled = run_methods(model, QUERY, CONT, CONTEXTS, methods=("none",), generate_tokens=4, seed=3, temperature=1.0)
+    assert sampled[0].generation == model.generate(QUERY, None, max_new_tokens=4, temperature=1.0, seed=3)
     again = run_methods(model, QUERY, CONT, CONTEXTS, methods=("picaso_r",), generate_tokens=4, seed=3)
     assert again[0].generation == res["picaso_r"].generation and len(again[0].generation) <= 4
 
