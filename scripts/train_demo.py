@@ -40,17 +40,31 @@ def demo_config(vocab_size: int) -> ModelConfig:
     )
 
 
-def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int):
-    """Yield LongTensors [batch, seq_len + 1] of packed documents: ctx1\\n\\nctx2...\\n\\nquery cont<eos>.
+def copy_drill(example: dict, rng: random.Random) -> str | None:
+    """Contexts, then one of them again verbatim: every repeated token rewards copying from context,
+    the in-context mechanism (induction) that the retrieval continuations need but rarely reward."""
+    ctx = example["contexts"]
+    if not ctx:
+        return None
+    shown = rng.sample(ctx, min(len(ctx), rng.randint(1, 3)))
+    return "\n\n".join(shown) + "\n\n" + rng.choice(shown)
+
+
+def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int, copy_drills: float = 0.0):
+    """Yield LongTensors [batch, seq_len + 1] of packed documents: ctx1\\n\\nctx2...\\n\\nquery cont<eos>,
+    and with probability `copy_drills` a copy drill made from the example's contexts instead.
 
     Contexts appear in a random order (the generator shuffles them), which is what Concat sees."""
     stream = training_examples(seed)
+    rng = random.Random(seed)
     buf: list[int] = []
     need = batch * (seq_len + 1)
     while True:
         while len(buf) < need:
-            prefix, cont = render_parts(next(stream))
-            buf += tok.encode(prefix + cont) + [tok.eos_id]
+            ex = next(stream)
+            drill = copy_drill(ex, rng) if rng.random() < copy_drills else None
+            text = drill if drill is not None else "".join(render_parts(ex))
+            buf += tok.encode(text) + [tok.eos_id]
         rows, buf = buf[:need], buf[need:]
         yield torch.tensor(rows).view(batch, seq_len + 1)
 
@@ -66,6 +80,7 @@ def main(argv=None) -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--copy-drills", type=float, default=0.0, help="share of documents that are copy drills")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--no-compile", action="store_true", help="eager mode (torch.compile fuses the "
@@ -98,7 +113,7 @@ def main(argv=None) -> None:
 
     step_loss = lm_loss if args.no_compile else torch.compile(lm_loss, dynamic=False)
     budget = args.minutes * 60
-    batches = packed_batches(tok, args.seed, args.batch, args.seq_len)
+    batches = packed_batches(tok, args.seed, args.batch, args.seq_len, args.copy_drills)
     log, t0, step, tokens = [], time.time(), 0, 0
     model.train()
     while True:
