@@ -66,7 +66,8 @@ def test_page_runs_a_query_and_shows_the_results_table(browser, app_url):  # noq
     assert len(order) == 5 + 1  # k = 5 by default, then the query
     assert browser.find_elements(By.CSS_SELECTOR, ".px-gold")  # the example's gold context was retrieved
     assert len(browser.find_elements(By.CSS_SELECTOR, ".px-gen")) == len(METHODS)
-    assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")  # the chart rendered
+    # the chart renders after the table arrives (plotly draws client-side): wait for it
+    assert WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"))
     shot = os.environ.get("PICASO_SCREENSHOT", str(Path(tempfile.gettempdir()) / "picaso_browser.png"))
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(shot)
