@@ -96,8 +96,19 @@ def skill_table(acc: dict[str, dict[int, float]]) -> str:
     return "\n".join(rows)
 
 
-def model_card(folder: Path, ev: dict) -> str:
+def _phase_line(p: dict) -> str:
+    a = p.get("args", {})
+    src = "continued from the previous phase" if a.get("init") else "from random weights"
+    drills = f", copy drills {a['copy_drills']:.0%}" if a.get("copy_drills") else ""
+    return (f"  - {src}: {p.get('minutes', '?')} min on 2 CPU cores, {p.get('steps', '?')} steps of "
+            f"{a.get('batch', '?')} x {a.get('seq_len', '?')} tokens = {p.get('tokens', 0) / 1e6:.1f}M tokens, "
+            f"lr {a.get('lr', '?')}{drills}, final loss {p.get('final_loss', '?')}")
+
+
+def model_card(folder: Path, ev: dict, note: str = "") -> str:
     log = json.loads((folder / "train_log.json").read_text()) if (folder / "train_log.json").exists() else {}
+    phases = "\n".join(_phase_line(p) for p in log.get("phases", [log])) if log else "  - (no train_log.json)"
+    note = f"\n- {note}" if note else ""
     cfg = json.loads((folder / "config.json").read_text())
     r, q = ev["retrieval"], ev["qa"]
     order = sorted(METHODS, key=lambda m: -r["gain_vs_none"][m])
@@ -123,9 +134,9 @@ For real results switch to a released checkpoint, e.g. `python app.py --model st
   (20%), in-context skill demonstrations (20%), plain passages (15%). Every retrieval/QA example invents new
   entities, so facts cannot be memorised: the continuation can only be predicted by copying from the contexts.
   Examples are packed into rows of {log.get('args', {}).get('seq_len', '?')} tokens.
-- Budget: {log.get('minutes', '?')} minutes on 2 CPU cores, {log.get('steps', '?')} steps of {log.get('args', {}).get('batch', '?')} x {log.get('args', {}).get('seq_len', '?')} tokens
-  = {log.get('tokens', 0) / 1e6:.1f}M tokens; AdamW (lr {log.get('args', {}).get('lr', '?')}, cosine to 10%, weight decay 0.1), grad clip 1.
-- Training loss by step: {curve}.
+- Phases (each `python scripts/train_demo.py ...`, AdamW, cosine to 10%, weight decay 0.1, grad clip 1):
+{phases}
+- Training loss by step (last phase): {curve}.{note}
 
 ## Evaluation (held-out entities; `python scripts/eval_demo.py`)
 ### Retrieval continuation ({r['n_samples']} samples, 3-5 candidate contexts each, most relevant last by all-MiniLM-L6-v2)
@@ -158,6 +169,7 @@ def main(argv=None) -> None:
     ap.add_argument("--skill-queries", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-card", action="store_true", help="print results only; write nothing")
+    ap.add_argument("--note", default="", help="a sentence added to the card's training section")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -184,7 +196,7 @@ def main(argv=None) -> None:
     if not args.no_card:
         folder = Path(args.model)
         (folder / "eval.json").write_text(json.dumps(ev, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x))
-        (folder / "README.md").write_text(model_card(folder, ev))
+        (folder / "README.md").write_text(model_card(folder, ev, args.note))
         print(f"wrote {folder / 'eval.json'} and {folder / 'README.md'}")
 
 
