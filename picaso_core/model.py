@@ -201,9 +201,7 @@ class SSMLanguageModel(nn.Module):
     def _batched_state(self, state: ContextState | None, b: int) -> ContextState:
         """Validate `state` and return it as a batch of b rows on this model's device."""
         if state is None:
-            zero = ContextState.zeros(self.state_shapes, device=self.device).to(dtype=self._state_dtype())
-            return ContextState(*(t.expand(b, *t.shape) for t in (zero.ssm, zero.conv, zero.log_decay)),
-                                num_tokens=(0,) * b)
+            state = ContextState.zeros(self.state_shapes, device=self.device).to(dtype=self._state_dtype())
         if not isinstance(state, ContextState):
             raise TypeError(f"state must be a ContextState, got {type(state).__name__}")
         state.check_shapes(self.state_shapes)
