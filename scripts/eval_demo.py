@@ -109,6 +109,11 @@ def model_card(folder: Path, ev: dict, note: str = "") -> str:
     log = json.loads((folder / "train_log.json").read_text()) if (folder / "train_log.json").exists() else {}
     phases = "\n".join(_phase_line(p) for p in log.get("phases", [log])) if log else "  - (no train_log.json)"
     note = f"\n- {note}" if note else ""
+    rel = ev["retrieval"]["relative_gain_vs_none"]["concat"]
+    weak = (f"\n**This model barely uses its contexts**: Concat lowers the held-out continuation loss by only "
+            f"{100 * rel:.1f}% vs no context, so the methods cannot be told apart on it (their shares of "
+            f"Concat's gain below are ratios of tiny numbers). It did not learn to copy from context in its "
+            f"training budget.\n" if rel < 0.1 else "")
     cfg = json.loads((folder / "config.json").read_text())
     r, q = ev["retrieval"], ev["qa"]
     order = sorted(METHODS, key=lambda m: -r["gain_vs_none"][m])
@@ -120,7 +125,7 @@ A **small Mamba-2 language model trained on generated data** (the project's own 
 world), bundled so that the app and every phenomenon of the PICASO paper can be shown offline on
 a CPU. It is not a general language model: it knows the demo world's templates and little else.
 For real results switch to a released checkpoint, e.g. `python app.py --model state-spaces/mamba2-370m`.
-
+{weak}
 ## Model
 - Architecture: Mamba-2 (this project's engine, mamba_ssm weight layout), {log.get('params', 0) / 1e6:.2f}M parameters:
   d_model {cfg['d_model']}, {cfg['n_layer']} layers, d_state {cfg['ssm_cfg']['d_state']}, headdim {cfg['ssm_cfg']['headdim']},
@@ -170,8 +175,13 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-card", action="store_true", help="print results only; write nothing")
     ap.add_argument("--note", default="", help="a sentence added to the card's training section")
+    ap.add_argument("--card-only", action="store_true", help="rewrite README.md from the model's eval.json")
     args = ap.parse_args(argv)
 
+    if args.card_only:
+        folder = Path(args.model)
+        (folder / "README.md").write_text(model_card(folder, json.loads((folder / "eval.json").read_text()), args.note))
+        return
     t0 = time.time()
     model = load_model(args.model)
     ret = load_corpus("demo", "test", kind="retrieval")
