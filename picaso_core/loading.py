@@ -14,10 +14,7 @@ Every weight key and shape is checked; a mismatch names the key.
 from __future__ import annotations
 
 import json
-import os
-import socket
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 
@@ -59,22 +56,6 @@ def resolve_model_folder(name_or_path: str) -> Path:
     return _download(name_or_path, _HUB_FILES)
 
 
-def _hub_reachable(timeout: float = 5.0) -> bool:
-    """A quick TCP probe, so that offline machines fail at once instead of hanging in retries."""
-    from huggingface_hub import constants
-
-    from picaso_core.tokenizer import hub_offline
-
-    if hub_offline():
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", constants.ENDPOINT))
-    try:
-        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
 def _download(repo_id: str, patterns: list[str]) -> Path:
     from huggingface_hub import snapshot_download
 
@@ -82,11 +63,17 @@ def _download(repo_id: str, patterns: list[str]) -> Path:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
     except Exception:
         pass
-    if not _hub_reachable():
-        raise ConnectionError(
-            f"cannot download {repo_id!r}: the Hugging Face Hub is not reachable (offline or "
-            "HF_HUB_OFFLINE=1). Use the bundled model (`demo`) or a local folder with config.json "
-            "and weights (`--model /path/to/folder`).")
+    from picaso_core.tokenizer import check_hub_reachable, hub_offline
+
+    fix = ("Use the bundled model (`demo`) or a local folder with config.json and weights "
+           "(`--model /path/to/folder`).")
+    if hub_offline():
+        raise ConnectionError(f"cannot download {repo_id!r}: HF_HUB_OFFLINE is set. {fix}")
+    try:  # one short metadata request: the download itself retries for tens of seconds
+        check_hub_reachable(repo_id, "model")
+    except Exception as e:
+        raise ConnectionError(f"cannot download {repo_id!r} from the Hugging Face Hub "
+                              f"({type(e).__name__}: {e}). {fix}") from e
     return Path(snapshot_download(repo_id, allow_patterns=patterns))
 
 
