@@ -22,9 +22,10 @@ RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu 
 
 USER user
 COPY --chown=user . .
-# Build the demo state store and its embeddings now, so the Space starts in seconds. With another
-# PICASO_MODEL / PICASO_CORPUS the store is built on first start instead (into PICASO_CACHE).
-RUN python -c "from picaso_core.ui.resources import load_resources; load_resources('demo', 'demo')"
+# Encode the whole demo state store into the image (~40 s on 2 cores), so no visitor waits for an
+# encoding. The app would also start without it (contexts are then encoded on first use); with
+# another PICASO_MODEL / PICASO_CORPUS that is what happens, into PICASO_CACHE.
+RUN HF_HUB_OFFLINE=1 python -c "from picaso_core.ui.resources import load_resources; load_resources('demo', 'demo', encode_all=True)"
 
 EXPOSE 7860
 CMD ["python", "app.py"]

@@ -6,7 +6,7 @@
 
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
 line): PICASO_MODEL, PICASO_CORPUS, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
-PICASO_MAX_CONTEXTS, PICASO_DEVICE, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
+PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_ENCODE_ALL, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
 over its variable.
 
 The model, corpus, state store and retriever load once (picaso_core.ui.resources) and are shared
@@ -52,6 +52,10 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    help="most context tokens one request may compose [PICASO_MAX_TOKENS]")
     p.add_argument("--max-contexts", type=int, default=int(env.get("PICASO_MAX_CONTEXTS") or 0) or None,
                    help="store at most this many contexts: a real checkpoint's state is 5-160 MiB [PICASO_MAX_CONTEXTS]")
+    p.add_argument("--encode-all", action="store_true",
+                   default=env.get("PICASO_ENCODE_ALL", "").lower() in ("1", "true", "yes"),
+                   help="encode every context into the state store before serving (default: each context "
+                   "the first time a request uses it; either way a state is encoded once and kept) [PICASO_ENCODE_ALL]")
     p.add_argument("--device", default=env.get("PICASO_DEVICE") or None, help="cpu, cuda, ... [PICASO_DEVICE]")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
@@ -63,7 +67,7 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
-                         args.device)
+                         args.device, encode_all=args.encode_all)
     demo = build_app(res)
     demo.queue().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, show_error=True)
 

@@ -11,6 +11,7 @@ query; `retrieve(..., best_last=True)` returns that order.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -20,7 +21,7 @@ import torch
 from torch import Tensor
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
-EMBED_FORMAT = "picaso-embeddings/1"
+EMBED_FORMAT = "picaso-embeddings/2"  # /2: a text sha256 per row
 
 
 class Embedder(Protocol):
@@ -66,8 +67,41 @@ class SentenceEmbedder:
         return emb.float().cpu()
 
 
-def _embeddings_path(folder: Path, name: str) -> Path:
-    return folder / "embeddings" / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".safetensors")
+def embeddings_path(folder: str | Path, name: str) -> Path:
+    """Where the embeddings of embedder `name` are kept in a store `folder`."""
+    return Path(folder) / "embeddings" / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".safetensors")
+
+
+def read_embeddings(path: str | Path, embedder_name: str) -> dict[str, tuple[str, Tensor]]:
+    """id -> (text sha256, embedding row) from a saved file; {} if missing, unreadable, of another
+    format, or made by another embedder (those rows cannot be compared with this embedder's)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != EMBED_FORMAT or meta.get("embedder") != embedder_name:
+                return {}
+            ids, hashes = json.loads(meta["ids"]), json.loads(meta["text_sha256"])
+            emb = f.get_tensor("embeddings")
+    except Exception:  # a torn or foreign file is only a cache miss: the rows are embedded again
+        return {}
+    if len(ids) != len(hashes) or emb.shape[0] != len(ids):
+        return {}
+    return {cid: (h, emb[i]) for i, (cid, h) in enumerate(zip(ids, hashes))}
+
+
+def _same_file(path: str | Path, embedder_name: str, want: dict[str, str]) -> bool:
+    """Whether `path` already holds exactly these ids with these text hashes, in this order."""
+    have = read_embeddings(path, embedder_name)
+    return list(have) == list(want) and all(have[c][0] == h for c, h in want.items())
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Retriever:
@@ -98,50 +132,75 @@ class Retriever:
     def for_store(
         cls, store, embedder: Embedder | None = None, progress: Callable[[int, int], None] | None = None
     ) -> "Retriever":
-        """A retriever over every context of `store`, reusing the embeddings saved in its folder.
+        """A retriever over every context of `store`, its embeddings kept in the store's folder."""
+        embedder = embedder or SentenceEmbedder()
+        texts = {cid: store.text(cid) for cid in store.ids}
+        return cls.cached(texts, embedder, embeddings_path(store.folder, embedder.name), progress=progress)
 
-        Contexts the saved file lacks (added since) are embedded and the file is rewritten.
+    @classmethod
+    def cached(
+        cls,
+        texts: dict[str, str],
+        embedder: Embedder | None = None,
+        path: str | Path | None = None,
+        *,
+        seeds: Sequence[str | Path] = (),
+        progress: Callable[[int, int], None] | None = None,
+    ) -> "Retriever":
+        """A retriever over `texts` (id -> text) whose embeddings are saved to `path`.
+
+        Rows are reused from `path`, then from `seeds` (e.g. the embeddings shipped with the demo
+        corpus), for every id whose text is unchanged (a sha256 per row is kept with the file) and
+        whose file was made by the same embedder; only the rest is embedded, and `path` is rewritten
+        when anything changed.
         """
         embedder = embedder or SentenceEmbedder()
-        path = _embeddings_path(Path(store.folder), embedder.name)
-        ids: list[str] = []
-        emb = None
-        if path.exists():
-            from safetensors import safe_open
-
-            with safe_open(str(path), framework="pt", device="cpu") as f:
-                meta = f.metadata() or {}
-                if meta.get("format") == EMBED_FORMAT and meta.get("embedder") == embedder.name:
-                    ids = json.loads(meta["ids"])
-                    emb = f.get_tensor("embeddings")
-        keep = [i for i, cid in enumerate(ids) if cid in store]  # a rebuilt store may have dropped some
-        r = cls([ids[i] for i in keep], emb[keep] if emb is not None else torch.zeros(0, 0), embedder)
-        if r.update(store, progress=progress) or len(keep) != len(ids):
-            r.save(path)
+        want = {cid: _text_hash(t) for cid, t in texts.items()}
+        rows: dict[str, Tensor] = {}
+        for source in ([path] if path else []) + list(seeds):
+            for cid, (h, row) in read_embeddings(source, embedder.name).items():
+                if want.get(cid) == h and cid not in rows:
+                    rows[cid] = row
+        missing = [cid for cid in texts if cid not in rows]
+        if missing:
+            fresh = cls([], torch.zeros(0, 0), embedder)
+            fresh.add([(cid, texts[cid]) for cid in missing], progress=progress)
+            rows.update(zip(fresh.ids, fresh.embeddings))
+        ids = list(texts)
+        r = cls(ids, torch.stack([rows[c] for c in ids]) if ids else torch.zeros(0, 0), embedder)
+        if path and (missing or not _same_file(path, embedder.name, want)):
+            r.save(path, texts)
         return r
 
-    def update(self, store, progress: Callable[[int, int], None] | None = None, batch: int = 256) -> list[str]:
-        """Embed the contexts of `store` this retriever does not have yet; returns their ids."""
-        new = [cid for cid in store.ids if cid not in self._row]
+    def add(self, items: Sequence[tuple[str, str]], progress: Callable[[int, int], None] | None = None,
+            batch: int = 256) -> list[str]:
+        """Embed and index the (id, text) items this retriever lacks; returns their ids."""
+        new = [(cid, t) for cid, t in items if cid not in self._row]
         parts = []
         for start in range(0, len(new), batch):
-            parts.append(_normalise(self.embedder([store.text(c) for c in new[start : start + batch]])))
+            parts.append(_normalise(self.embedder([t for _, t in new[start : start + batch]])))
             if progress:
                 progress(min(start + batch, len(new)), len(new))
         if parts:
             add = torch.cat(parts)
             self.embeddings = add if self.embeddings.numel() == 0 else torch.cat([self.embeddings, add])
-            for cid in new:
+            for cid, _ in new:
                 self._row[cid] = len(self.ids)
                 self.ids.append(cid)
-        return new
+        return [cid for cid, _ in new]
 
-    def save(self, path: str | Path) -> None:
+    def update(self, store, progress: Callable[[int, int], None] | None = None, batch: int = 256) -> list[str]:
+        """Embed the contexts of `store` this retriever does not have yet; returns their ids."""
+        return self.add([(cid, store.text(cid)) for cid in store.ids if cid not in self._row], progress, batch)
+
+    def save(self, path: str | Path, texts: dict[str, str]) -> None:
+        """Write the embeddings with their ids and a sha256 of each text (`texts`: id -> text)."""
         from safetensors.torch import save_file
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"format": EMBED_FORMAT, "embedder": self.embedder.name, "ids": json.dumps(self.ids)}
+        meta = {"format": EMBED_FORMAT, "embedder": self.embedder.name, "ids": json.dumps(self.ids),
+                "text_sha256": json.dumps([_text_hash(texts[c]) for c in self.ids])}
         tmp = path.with_name(path.name + ".tmp")
         save_file({"embeddings": self.embeddings.contiguous()}, str(tmp), metadata=meta)
         tmp.replace(path)

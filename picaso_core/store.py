@@ -129,6 +129,9 @@ class StateStore:
         self._verified: set[int] = set()
         self._bad: dict[int, str] = {}  # shard index -> reason, found by size check or sha256
         self._lock = threading.RLock()  # the app serves several users from one store
+        # Writers (add, ensure, repair) run one at a time; readers only wait for the short
+        # bookkeeping under _lock, never for another request's encoding.
+        self._write_lock = threading.RLock()
         for i, sh in enumerate(self._shards):
             self._check_size(i, sh)
 
@@ -292,7 +295,30 @@ class StateStore:
         Returns the ids added. Refuses ids already in the store (a context's state never changes
         under its id; give a changed text a new id, or rebuild).
         """
-        items = [(str(cid), text) for cid, text in contexts]
+        with self._write_lock:
+            return self._add([(str(cid), text) for cid, text in contexts], shard_size, batch_size, progress)
+
+    def ensure(
+        self, contexts: Iterable[tuple[str, str]], *, batch_size: int = 16, progress: Progress | bool = False
+    ) -> list[str]:
+        """Encode and add those of `contexts` the store lacks (the app's lazy store); returns their ids.
+
+        Safe to call from several threads: a context asked for twice at once is encoded once.
+        Raises StoreError if an id is stored with another text (its state would be stale).
+        """
+        items = list(dict((str(cid), text) for cid, text in contexts).items())
+        with self._write_lock:
+            stale = [cid for cid, text in items if cid in self._contexts and self._contexts[cid]["text"] != text]
+            if stale:
+                raise StoreError(
+                    f"context {stale[0]!r} is stored at {self.folder} with another text; its state is stale. "
+                    "Give the new text a new id, or rebuild the store"
+                )
+            new = [(cid, text) for cid, text in items if cid not in self._contexts]
+            return self._add(new, None, batch_size, progress)
+
+    def _add(self, items: list[tuple[str, str]], shard_size: int | None, batch_size: int,
+             progress: Progress | bool) -> list[str]:
         seen: set[str] = set()
         for cid, text in items:
             if cid in self._contexts or cid in seen:
@@ -374,6 +400,10 @@ class StateStore:
 
     def repair(self, progress: Progress | bool = True) -> list[str]:
         """Re-encode the contexts of every bad shard from their stored text; returns the files fixed."""
+        with self._write_lock:
+            return self._repair(progress)
+
+    def _repair(self, progress: Progress | bool) -> list[str]:
         bad = self.check()
         for file in bad:
             si = next(i for i, s in enumerate(self._shards) if s.file == file)

@@ -9,6 +9,10 @@ Writes, under <out>/demo_data/:
     {train,test}_qa.jsonl          MS MARCO-shaped samples
     {train,test}_database.jsonl    every chunk of that split's world: {"id", "text"} per line
     skill_tasks.json               task -> {"train": [[q, a], ...], "test": [...]}
+    {train,test}_database.all-MiniLM-L6-v2.safetensors
+                                   the database's retrieval embeddings, so the app's first start
+                                   embeds nothing (float output of MiniLM: not in the manifest's
+                                   sha256 list, which holds the files that are bit-identical per seed)
     MANIFEST.json                  seed, counts and sha256 of every file
 and <out>/tokenizer.json (byte-level BPE, 4096 pieces, trained on train-split text only, so
 held-out names are unseen by the tokenizer too).
@@ -76,10 +80,28 @@ def tokenizer_texts(seed: int) -> list[str]:
     return texts
 
 
+def write_embeddings(data_dir: Path) -> None:
+    """all-MiniLM-L6-v2 embeddings of each split's database, where the app looks for them
+    (picaso_core.ui.resources.shipped_embeddings)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from picaso_core.data.jsonl import read_chunks
+    from picaso_core.retrieval import Retriever, SentenceEmbedder
+
+    embedder = SentenceEmbedder()
+    for split in ("train", "test"):
+        db = read_chunks(data_dir / f"{split}_database.jsonl")
+        path = data_dir / f"{split}_database.{embedder.name}.safetensors"
+        path.unlink(missing_ok=True)
+        Retriever.cached(db, embedder, path)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "assets", help="folder for tokenizer.json and demo_data/")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-embeddings", action="store_true", help="skip the MiniLM embeddings of the databases")
     ap.add_argument("--tokenizer", action="store_true",
                     help="retrain tokenizer.json too (it is kept when present: the bundled model depends on it)")
     args = ap.parse_args(argv)
@@ -94,6 +116,9 @@ def main(argv: list[str] | None = None) -> None:
         write_samples(qa, data_dir / f"{split}_qa.jsonl")
         counts.update({f"{split}_database.jsonl": len(world.database), f"{split}_retrieval.jsonl": len(retrieval), f"{split}_qa.jsonl": len(qa)})
 
+    if not args.no_embeddings:
+        write_embeddings(data_dir)
+
     tasks = {
         name: {"train": load_skill_tasks("train")[name], "test": load_skill_tasks("test")[name]}
         for name in load_skill_tasks("all")
@@ -104,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.tokenizer or not (args.out / "tokenizer.json").exists():
         save(train_bpe(tokenizer_texts(args.seed), VOCAB_SIZE), args.out / "tokenizer.json")
 
-    files = sorted(p for p in data_dir.iterdir() if p.name != "MANIFEST.json") + [args.out / "tokenizer.json"]
+    files = sorted(p for p in data_dir.iterdir() if p.name != "MANIFEST.json" and p.suffix != ".safetensors")
+    files += [args.out / "tokenizer.json"]
     manifest = {
         "seed": args.seed,
         "counts": counts,

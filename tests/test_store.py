@@ -144,3 +144,44 @@ def test_suffix_is_part_of_every_encoded_context(model, tmp_path):
     assert ids == list((CONTEXTS[1][1] + "\n\n").encode()) and store.num_tokens("c1") == len(ids)
     torch.testing.assert_close(StateStore.open(tmp_path / "s", model).get("c1").ssm,
                                model.encode_context(ids).ssm, rtol=1e-5, atol=1e-6)
+
+
+def test_ensure_encodes_only_what_is_missing_once_even_from_many_threads(model, tmp_path):
+    import threading
+
+    store = StateStore.build(model, CONTEXTS[:2], tmp_path / "s", progress=False)
+    calls = []
+    encode = model.encode_contexts
+
+    def counting(ids, **kw):
+        calls.append(len(ids))
+        return encode(ids, **kw)
+
+    model.encode_contexts = counting
+    try:
+        wanted = [CONTEXTS[i] for i in (0, 3, 4, 5)]
+        errors = []
+
+        def worker():
+            try:
+                store.ensure(wanted)
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        del model.encode_contexts
+    assert not errors and sum(calls) == 3  # c3, c4, c5 encoded once; c0 was stored
+    assert store.ids == ["c0", "c1", "c3", "c4", "c5"]
+    assert store.ensure(wanted) == []
+    ref = model.encode_context(model.tokenizer.encode(CONTEXTS[4][1]))
+    torch.testing.assert_close(store.get("c4").ssm, ref.ssm)
+    reopened = StateStore.open(tmp_path / "s", model)
+    assert reopened.ids == store.ids
+    with pytest.raises(StoreError, match="'c3' is stored .* another text"):
+        reopened.ensure([("c3", "a new text under an old id")])
+    assert reopened.ids == store.ids

@@ -68,7 +68,7 @@ def example_choices(res: Resources) -> list[tuple[str, str]]:
 
 
 def context_choices(res: Resources) -> list[tuple[str, str]]:
-    return [(f"{cid} · {_clip(res.store.text(cid), 60)}", cid) for cid in res.store.ids]
+    return [(f"{cid} · {_clip(text, 60)}", cid) for cid, text in res.database.items()]
 
 
 def pick_example(res: Resources, sample_id: str | None) -> tuple[str, str]:
@@ -93,15 +93,15 @@ def choose_contexts(
         sample = None  # the query was edited: no longer that example
     gold = set(sample.gold_ids) if sample else set()
     if picked:
-        unknown = [c for c in picked if c not in res.store]
+        unknown = [c for c in picked if c not in res.database]
         if unknown:
             raise gr.Error(f"unknown context ids {unknown[:5]}: pick them from the list")
         hits = list(zip(picked, res.retriever.similarity(query, picked)))
     else:
-        if not 1 <= k <= min(K_MAX, len(res.store)):
-            raise gr.Error(f"k = {k} is out of range: retrieve between 1 and {min(K_MAX, len(res.store))} contexts")
+        if not 1 <= k <= min(K_MAX, len(res.database)):
+            raise gr.Error(f"k = {k} is out of range: retrieve between 1 and {min(K_MAX, len(res.database))} contexts")
         hits = res.retriever.retrieve(query, k, exclude=sample.exclude_ids if sample else (), best_last=most_relevant_last)
-    return [Context(cid, res.store.text(cid), res.store.num_tokens(cid), score, cid in gold) for cid, score in hits]
+    return [Context(cid, res.text(cid), res.num_tokens(cid), score, cid in gold) for cid, score in hits]
 
 
 def run_compose(
@@ -144,10 +144,11 @@ def run_compose(
     if len(query_ids) + len(continuation_ids) > res.max_tokens:
         raise gr.Error(f"The query and continuation hold {len(query_ids) + len(continuation_ids)} tokens; "
                        f"this app reads at most {res.max_tokens}. Shorten them.")
-    progress(0.15, desc=f"loading {len(contexts)} stored states")
     ids = [c.cid for c in contexts]
-    states = res.store.get_many(ids)
-    context_ids = [res.store.token_ids(cid) for cid in ids]
+    new = sum(cid not in res.store for cid in ids)
+    progress(0.15, desc=f"encoding {new} new contexts into the store" if new else f"loading {len(ids)} stored states")
+    states = res.states(ids)
+    context_ids = [res.token_ids(cid) for cid in ids]
     progress(0.3, desc=f"composing with {len(METHODS)} methods, generating {max_new_tokens} tokens each")
     results = run_methods(
         res.model, query_ids, continuation_ids, context_ids, context_states=states,
@@ -308,7 +309,7 @@ def render(res: Resources) -> None:
             continuation = gr.Textbox("", label="Expected continuation (optional)", lines=2, elem_id="compose-continuation",
                                       info="scored under each composed state; leave empty to compare generations only")
             with gr.Row():
-                k = gr.Slider(1, min(K_MAX, len(res.store)), value=min(5, len(res.store)), step=1,
+                k = gr.Slider(1, min(K_MAX, len(res.database)), value=min(5, len(res.database)), step=1,
                               label="Contexts to retrieve (k)")
                 most_relevant_last = gr.Checkbox(value=True, label="Most relevant last",
                                                  info="next to the query, the paper's best order for Concat")

@@ -3,9 +3,15 @@
 No Gradio here: `load_resources` is what `python app.py` runs before building the page, and what a
 notebook or bench script can run on its own.
 
-The store is a cache: <cache_dir>/<corpus>-<split>-<model fingerprint>/. Opening it again reads only
-store.json (states load lazily); corpus chunks the store lacks are encoded and added without
-rebuilding; a chunk whose text changed under its id is refused (delete the folder to rebuild).
+The store is a cache: <cache_dir>/<corpus>-<split>-<model fingerprint>/. Opening it reads only
+store.json (states load lazily from disk). A context is encoded the first time a request uses it and
+added to the store, so the app starts in seconds and never encodes a context twice, across restarts
+too; `encode_all=True` (app.py --encode-all) encodes the whole corpus up front instead. A chunk whose
+text changed under its id is refused (delete the folder to rebuild).
+
+Retrieval needs only sentence embeddings of the corpus, not states: they are kept in the store folder,
+and the demo corpus ships them (assets/demo_data/<split>_database.<embedder>.safetensors, written by
+scripts/build_demo_data.py), so a first start embeds nothing.
 """
 
 from __future__ import annotations
@@ -14,12 +20,13 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from picaso_core.retrieval import Embedder, Retriever
+from picaso_core.retrieval import Embedder, Retriever, SentenceEmbedder, embeddings_path
 from picaso_core.store import StateStore, StoreError, tqdm_progress
 
 # Every context is tokenised as text + "\n\n": the separator the demo model saw between contexts
@@ -32,7 +39,8 @@ DEFAULT_SPLIT = "test"
 
 @dataclass
 class Resources:
-    """Loaded once per process. Everything here is read by every user: never mutate per request."""
+    """Loaded once per process and shared by every user. Per request, only `states` writes: it adds
+    the states a request needs to the store (thread-safe, append-only)."""
 
     model: object  # SSMLanguageModel, eval mode
     model_name: str
@@ -42,14 +50,51 @@ class Resources:
     max_tokens: int  # most context tokens a request may compose; more is refused with a message
     load_s: dict[str, float]  # seconds spent loading each part, shown in the header
 
+    def __post_init__(self):
+        self._num_tokens: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def database(self) -> dict[str, str]:
+        """Context id -> text: every context that can be retrieved or picked (encoded or not)."""
+        return self.corpus.database
+
+    def text(self, cid: str) -> str:
+        try:
+            return self.database[cid]
+        except KeyError:
+            raise KeyError(f"context id {cid!r} is not in corpus {self.corpus.name}/{self.corpus.split}") from None
+
+    def token_ids(self, cid: str) -> list[int]:
+        """The tokens a context's state is encoded from (text + CONTEXT_SUFFIX)."""
+        return self.model.tokenizer.encode(self.text(cid) + CONTEXT_SUFFIX)
+
+    def num_tokens(self, cid: str) -> int:
+        if cid in self.store:
+            return self.store.num_tokens(cid)
+        with self._lock:
+            if cid not in self._num_tokens:
+                self._num_tokens[cid] = len(self.token_ids(cid))
+            return self._num_tokens[cid]
+
+    def states(self, ids: list[str], progress: Callable[[int, int], None] | None = None) -> list:
+        """The stored states of `ids`, encoding (once, then kept in the store) those not stored yet."""
+        new = {cid for cid in ids if cid not in self.store}
+        if new:
+            check_disk(self.model, len(new), Path(self.store.folder))
+        self.store.ensure([(cid, self.text(cid)) for cid in ids], progress=progress or False)
+        return self.store.get_many(ids)
+
     def describe(self) -> str:
         cfg = self.model.config
         params = sum(p.numel() for p in self.model.parameters())
+        n, total = len(self.store), len(self.database)
+        lazy = "" if n >= total else ", the rest on first use"
         return (
             f"model **{self.model_name}** ({cfg.family}, {cfg.n_layer} layers, d_model {cfg.d_model}, "
             f"{_si(params)} params) · corpus **{self.corpus.name}/{self.corpus.split}** "
-            f"({len(self.corpus)} examples) · store **{len(self.store)} states** "
-            f"({_si(self.store.nbytes, 1024)}B, {_si(self.model.config.state_nbytes(), 1024)}B each)"
+            f"({len(self.corpus)} examples, {total} contexts) · store **{n} of {total} states** encoded{lazy} "
+            f"({_si(self.model.config.state_nbytes(), 1024)}B each)"
         )
 
 
@@ -115,14 +160,17 @@ def check_disk(model, n_contexts: int, folder: Path) -> None:
         )
 
 
-def open_or_build_store(model, database: dict[str, str], folder: Path, log: Callable[[str], None] = print) -> StateStore:
-    """Open the store in `folder` and add the chunks it lacks, or build it from `database`."""
+def open_or_build_store(model, database: dict[str, str], folder: Path, log: Callable[[str], None] = print,
+                        encode_all: bool = False) -> StateStore:
+    """Open the store in `folder` (a new, empty one if there is none) for the contexts of `database`.
+
+    encode_all: also encode every context of `database` the store lacks (otherwise they are
+    encoded on first use, see `Resources.states`).
+    """
     if not (folder / "store.json").exists():
-        check_disk(model, len(database), folder)
-        log(f"building the state store: {len(database)} contexts x {model.config.state_nbytes() / 2**20:.2f} MiB "
-            f"in {folder}")
-        return StateStore.build(model, database.items(), folder, suffix=CONTEXT_SUFFIX)
-    store = StateStore.open(folder, model)
+        store = StateStore.build(model, [], folder, suffix=CONTEXT_SUFFIX, progress=False)
+    else:
+        store = StateStore.open(folder, model)
     if store.suffix != CONTEXT_SUFFIX:
         raise StoreError(f"{folder} was built with context suffix {store.suffix!r}, not {CONTEXT_SUFFIX!r}; delete the folder to rebuild it")
     changed = [cid for cid in store.ids if cid in database and database[cid] != store.text(cid)]
@@ -132,11 +180,20 @@ def open_or_build_store(model, database: dict[str, str], folder: Path, log: Call
             f"delete {folder} to rebuild the store"
         )
     new = [(cid, text) for cid, text in database.items() if cid not in store]
-    if new:
+    if encode_all and new:
         check_disk(model, len(new), folder)
-        log(f"adding {len(new)} new contexts to the state store in {folder}")
+        log(f"encoding {len(new)} contexts x {model.config.state_nbytes() / 2**20:.2f} MiB into the state store in {folder}")
         store.add(new)
     return store
+
+
+def shipped_embeddings(corpus_name: str, split: str, embedder_name: str) -> list[Path]:
+    """Embedding files that ship with a corpus (the demo's, in assets/demo_data)."""
+    if corpus_name != "demo":
+        return []
+    from picaso_core.data import DEMO_DATA_DIR
+
+    return [DEMO_DATA_DIR / f"{split}_database.{embedder_name}.safetensors"]
 
 
 def load_resources(
@@ -149,10 +206,12 @@ def load_resources(
     device: str | None = None,
     embedder: Embedder | None = None,
     log: Callable[[str], None] = print,
+    encode_all: bool = False,
 ) -> Resources:
-    """Load the model and corpus, open (or build) the state store and its retriever.
+    """Load the model and corpus, open (or start) the state store and the retriever.
 
-    max_contexts: store at most this many contexts (see `limit_corpus`); None: the whole corpus.
+    max_contexts: use at most this many contexts (see `limit_corpus`); None: the whole corpus.
+    encode_all: encode every context now (with a progress bar); default: on first use.
     """
     from picaso_core.data import load_corpus
     from picaso_core.loading import load_model
@@ -173,10 +232,14 @@ def load_resources(
 
     t = time.perf_counter()
     folder = store_folder(Path(cache_dir), corpus, split, m.fingerprint(), max_contexts)
-    store = open_or_build_store(m, c.database, folder, log)
+    store = open_or_build_store(m, c.database, folder, log, encode_all)
     times["store"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    retriever = Retriever.for_store(store, embedder, progress=tqdm_progress("embedding contexts for retrieval"))
+    embedder = embedder or SentenceEmbedder()
+    retriever = Retriever.cached(
+        c.database, embedder, embeddings_path(folder, embedder.name),
+        seeds=shipped_embeddings(corpus, split, embedder.name),
+        progress=tqdm_progress("embedding contexts for retrieval"))
     times["retriever"] = time.perf_counter() - t
     return Resources(m, model, c, store, retriever, max_tokens, times)
