@@ -1,12 +1,12 @@
 """Train the bundled demo model: a small Mamba-2 on the generated demo world, with this engine.
 
-    python scripts/train_demo.py                      # the committed model (seeded), ~50 min on 2 cores
+    python scripts/train_demo.py                      # the committed model (seeded), 55 min on 2 cores
     python scripts/train_demo.py --minutes 2 --out /tmp/demo_try   # a quick smoke run
 
 The data is an endless stream of freshly generated examples (picaso_core.data.demo_world): every
 retrieval / QA example invents new entities, so facts cannot be memorised and the only way to
 lower the loss on a continuation is to copy from the contexts in front of it. Examples are packed
-into fixed-length rows separated by <|endoftext|> (standard LM packing).
+whole into fixed-length rows, each ending in <|endoftext|> (see packed_batches).
 
 Writes <out>/config.json, model.safetensors, tokenizer.json (the mamba_ssm layout that
 load_model reads) and <out>/train_log.json (losses, tokens, time).
@@ -27,16 +27,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import ModelConfig, SSMLanguageModel, load_model  # noqa: E402
+from picaso_core.init import mimetic_init_  # noqa: E402
 from picaso_core.data.demo_world import render_parts, training_examples  # noqa: E402
 from picaso_core.loading import ASSETS, save_model  # noqa: E402
 from picaso_core.tokenizer import Tokenizer  # noqa: E402
 
 
 def demo_config(vocab_size: int) -> ModelConfig:
-    """~2.7M parameters: small enough to train on 2 CPU cores, large enough to learn to copy."""
+    """~2.8M parameters: small enough to train on 2 CPU cores. d_state 64 (Mamba-2's default is 128)
+    gives recall room for ~300 tokens of contexts at no measurable training cost on CPU."""
     return ModelConfig(
         d_model=256, n_layer=4, vocab_size=vocab_size, pad_vocab_size_multiple=16,
-        ssm_cfg=dict(layer="Mamba2", d_state=32, headdim=32, ngroups=1, chunk_size=64, expand=2),
+        ssm_cfg=dict(layer="Mamba2", d_state=64, headdim=32, ngroups=1, chunk_size=64, expand=2),
     )
 
 
@@ -50,23 +52,45 @@ def copy_drill(example: dict, rng: random.Random) -> str | None:
     return "\n\n".join(shown) + "\n\n" + rng.choice(shown)
 
 
-def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int, copy_drills: float = 0.0):
-    """Yield LongTensors [batch, seq_len + 1] of packed documents: ctx1\\n\\nctx2...\\n\\nquery cont<eos>,
-    and with probability `copy_drills` a copy drill made from the example's contexts instead.
+POOL = 16  # documents the packer chooses from when filling a row
 
+
+def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int, copy_drills: float = 0.0):
+    """Yield (inputs, targets), LongTensors [batch, seq_len], of WHOLE documents packed into rows:
+    ctx1\n\nctx2...\n\nquery cont<eos>, or with probability `copy_drills` a copy drill made from the
+    example's contexts instead.
+
+    A document never straddles two rows (plain packing would cut most retrieval examples, which are
+    ~350 tokens, and teach continuations without their contexts); the end of a row is padded with
+    <eos> and its targets are -100 (no loss); rows are filled first-fit from a pool of POOL
+    documents, so little is padding. Documents longer than a row are skipped.
     Contexts appear in a random order (the generator shuffles them), which is what Concat sees."""
     stream = training_examples(seed)
     rng = random.Random(seed)
-    buf: list[int] = []
-    need = batch * (seq_len + 1)
-    while True:
-        while len(buf) < need:
+    pool: list[list[int]] = []  # documents waiting for a row, oldest first
+
+    def refill() -> None:
+        while len(pool) < POOL:
             ex = next(stream)
             drill = copy_drill(ex, rng) if rng.random() < copy_drills else None
-            text = drill if drill is not None else "".join(render_parts(ex))
-            buf += tok.encode(text) + [tok.eos_id]
-        rows, buf = buf[:need], buf[need:]
-        yield torch.tensor(rows).view(batch, seq_len + 1)
+            doc = tok.encode(drill if drill is not None else "".join(render_parts(ex))) + [tok.eos_id]
+            if len(doc) <= seq_len + 1:
+                pool.append(doc)
+
+    while True:
+        inputs = torch.full((batch, seq_len), tok.eos_id, dtype=torch.long)
+        targets = torch.full((batch, seq_len), -100, dtype=torch.long)
+        for r in range(batch):
+            row: list[int] = []
+            while True:  # first fit, oldest first: every document gets placed, the gaps stay small
+                refill()
+                fit = next((i for i, d in enumerate(pool) if len(row) + len(d) <= seq_len + 1), None)
+                if fit is None:
+                    break
+                row += pool.pop(fit)
+            inputs[r, : len(row) - 1] = torch.tensor(row[:-1])
+            targets[r, : len(row) - 1] = torch.tensor(row[1:])
+        yield inputs, targets
 
 
 def main(argv=None) -> None:
@@ -74,13 +98,17 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=str(ASSETS / "demo_model"))
     ap.add_argument("--init", default=None, help="start from this model folder instead of random weights "
                     "(a second training phase)")
-    ap.add_argument("--minutes", type=float, default=50.0, help="wall-clock training budget")
+    ap.add_argument("--minutes", type=float, default=55.0, help="wall-clock training budget")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--copy-drills", type=float, default=0.0, help="share of documents that are copy drills")
+    ap.add_argument("--key-len", type=int, default=1, help="mimetic init: tokens per induction key")
+    ap.add_argument("--init-scheme", choices=("mimetic", "default"), default="mimetic",
+                    help="mimetic (picaso_core/init.py: layers start as previous-token-key linear attention, "
+                    "so copying from context is learnt in minutes) or mamba_ssm's default; ignored with --init")
+    ap.add_argument("--copy-drills", type=float, default=0.15, help="share of documents that are copy drills")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--no-compile", action="store_true", help="eager mode (torch.compile fuses the "
@@ -98,6 +126,8 @@ def main(argv=None) -> None:
             raise ValueError(f"{args.init} was trained with another tokenizer than {ASSETS / 'tokenizer.json'}")
     else:
         model = SSMLanguageModel(demo_config(tok.vocab_size))
+        if args.init_scheme == "mimetic":
+            mimetic_init_(model, key_len=args.key_len)
     model.tokenizer = tok
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params / 1e6:.2f}M  config {json.dumps(model.config.to_dict())}", flush=True)
@@ -107,9 +137,9 @@ def main(argv=None) -> None:
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
-    def lm_loss(rows: torch.Tensor) -> torch.Tensor:
-        logits, _ = model(rows[:, :-1])
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
+    def lm_loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits, _ = model(inputs)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
 
     step_loss = lm_loss if args.no_compile else torch.compile(lm_loss, dynamic=False)
     budget = args.minutes * 60
@@ -125,13 +155,13 @@ def main(argv=None) -> None:
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = step_loss(next(batches))
+        loss = step_loss(*next(batches))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        tokens += args.batch * args.seq_len
+        tokens += args.batch * args.seq_len  # row positions, padding included
         if step % args.log_every == 0 or step == 1:
             el = time.time() - t0
             log.append({"step": step, "loss": round(loss.item(), 4), "lr": lr, "tokens": tokens, "seconds": round(el, 1)})
