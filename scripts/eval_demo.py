@@ -105,6 +105,16 @@ def _phase_line(p: dict) -> str:
             f"lr {a.get('lr', '?')}{drills}, final loss {p.get('final_loss', '?')}")
 
 
+def _init_line(a: dict) -> str:
+    if a.get("init"):
+        return f"continued from {a['init']}"
+    if a.get("init_scheme", "default") == "mimetic":
+        return (f"mimetic (`picaso_core/init.py`, Trockman et al. 2024; key length {a.get('key_len', 1)}): every layer "
+                "starts as linear attention with a previous-token key, so copying from context is learnt in "
+                "minutes instead of having to emerge")
+    return "mamba_ssm's default"
+
+
 def model_card(folder: Path, ev: dict, note: str = "") -> str:
     log = json.loads((folder / "train_log.json").read_text()) if (folder / "train_log.json").exists() else {}
     phases = "\n".join(_phase_line(p) for p in log.get("phases", [log])) if log else "  - (no train_log.json)"
@@ -138,7 +148,9 @@ For real results switch to a released checkpoint, e.g. `python app.py --model st
   random order followed by a passage's first half and its continuation (45%), question answering with passages
   (20%), in-context skill demonstrations (20%), plain passages (15%). Every retrieval/QA example invents new
   entities, so facts cannot be memorised: the continuation can only be predicted by copying from the contexts.
-  Examples are packed into rows of {log.get('args', {}).get('seq_len', '?')} tokens.
+  Copy drills (contexts, then one of them again) make up {100 * log.get('args', {}).get('copy_drills', 0):.0f}% of documents.
+  Whole examples are packed into rows of {log.get('args', {}).get('seq_len', '?')} tokens (never cut across rows; padding carries no loss).
+- Initialisation: {_init_line(log.get('args', {}))}
 - Phases (each `python scripts/train_demo.py ...`, AdamW, cosine to 10%, weight decay 0.1, grad clip 1):
 {phases}
 - Training loss by step (last phase): {curve}.{note}
@@ -159,9 +171,9 @@ Retriever put a gold context last in {100 * ev['gold_last_rate']:.0f}% of sample
 ### In-context skills (greedy exact match, {ev['skill_queries']} held-out queries per task and k)
 {skill_table({t: {int(k): v for k, v in a.items()} for t, a in ev['skills'].items()})}
 
-Tasks that can be solved by copying or by a character rule the model can see in context (capitalize, letters,
-counting) are the learnable ones; antonyms, translation and capitals need world knowledge that a 3M-parameter
-model trained on generated text does not have.
+Counting and the letter tasks (a rule the demonstrations show, applied to characters in context) are the
+learnable ones here; capitalize needs each word's upper-case token, and antonyms, translation, capitals, plurals
+and past tenses need word knowledge, which a 3M-parameter model trained on generated text does not have.
 
 Evaluated in {ev['seconds']:.0f} s on CPU.
 """
