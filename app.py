@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
     p.add_argument("--max-tokens", type=int, default=int(env.get("PICASO_MAX_TOKENS", DEFAULT_MAX_TOKENS)),
                    help="most context tokens one request may compose [PICASO_MAX_TOKENS]")
     p.add_argument("--max-contexts", type=int, default=int(env.get("PICASO_MAX_CONTEXTS") or 0) or None,
-                   help="store at most this many contexts: a real checkpoint's state is 5-160 MiB [PICASO_MAX_CONTEXTS]")
+                   help="use at most this many contexts: a real checkpoint's state is 5-160 MiB [PICASO_MAX_CONTEXTS]")
     p.add_argument("--encode-all", action="store_true",
                    default=env.get("PICASO_ENCODE_ALL", "").lower() in ("1", "true", "yes"),
                    help="encode every context into the state store before serving (default: each context "

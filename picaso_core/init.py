@@ -9,9 +9,9 @@ A Mamba-2 layer reads y_t = sum_{s<=t} (C_t . B_s) exp(sum_{s<r<=t} dt_r A) x_s.
     becomes "token s-1 equals token t", so y_t recalls the token that followed the current token's
     earlier occurrence (an induction head);
   * decays near 1 (small A), the recall reaches back over the whole context.
-Training then moves freely away from this point. Measured on the textbook task (16 random tokens,
-then the same 16 again; 2-layer Mamba-2, d_model 256): repeated-half loss 4.12 nats after 300 steps
-from mamba_ssm's default init (chance: 4.16) and 0.80 after 250 steps from this one.
+Training then moves freely away from this point. Measured on the textbook task (16 tokens drawn from
+64, then the same 16 again; 2-layer Mamba-2, d_model 256, lr 3e-3): repeated-half loss 4.12 nats after
+300 steps from mamba_ssm's default init (chance: ln 64 = 4.16) and 0.80 after 250 steps from this one.
 """
 
 from __future__ import annotations
