@@ -94,12 +94,6 @@ def read_embeddings(path: str | Path, embedder_name: str) -> dict[str, tuple[str
     return {cid: (h, emb[i]) for i, (cid, h) in enumerate(zip(ids, hashes))}
 
 
-def _same_file(path: str | Path, embedder_name: str, want: dict[str, str]) -> bool:
-    """Whether `path` already holds exactly these ids with these text hashes, in this order."""
-    have = read_embeddings(path, embedder_name)
-    return list(have) == list(want) and all(have[c][0] == h for c, h in want.items())
-
-
 def _text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -123,10 +117,9 @@ class Retriever:
 
     @classmethod
     def from_texts(cls, items: Iterable[tuple[str, str]], embedder: Embedder | None = None) -> "Retriever":
-        embedder = embedder or SentenceEmbedder()
-        items = list(items)
-        emb = _normalise(embedder([t for _, t in items])) if items else torch.zeros(0, 0)
-        return cls([cid for cid, _ in items], emb, embedder)
+        r = cls([], torch.zeros(0, 0), embedder or SentenceEmbedder())
+        r.add(list(items))
+        return r
 
     @classmethod
     def for_store(
@@ -156,9 +149,10 @@ class Retriever:
         """
         embedder = embedder or SentenceEmbedder()
         want = {cid: _text_hash(t) for cid, t in texts.items()}
+        saved = read_embeddings(path, embedder.name) if path else {}
         rows: dict[str, Tensor] = {}
-        for source in ([path] if path else []) + list(seeds):
-            for cid, (h, row) in read_embeddings(source, embedder.name).items():
+        for found in [saved] + [read_embeddings(seed, embedder.name) for seed in seeds]:
+            for cid, (h, row) in found.items():
                 if want.get(cid) == h and cid not in rows:
                     rows[cid] = row
         missing = [cid for cid in texts if cid not in rows]
@@ -168,7 +162,8 @@ class Retriever:
             rows.update(zip(fresh.ids, fresh.embeddings))
         ids = list(texts)
         r = cls(ids, torch.stack([rows[c] for c in ids]) if ids else torch.zeros(0, 0), embedder)
-        if path and (missing or not _same_file(path, embedder.name, want)):
+        up_to_date = list(saved) == list(want) and all(saved[c][0] == h for c, h in want.items())
+        if path and not up_to_date:
             r.save(path, texts)
         return r
 
