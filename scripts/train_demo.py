@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import ModelConfig, SSMLanguageModel, load_model  # noqa: E402
 from picaso_core.init import mimetic_init_  # noqa: E402
-from picaso_core.data.demo_world import render_parts, training_examples  # noqa: E402
+from picaso_core.data.demo_world import CONTEXT_SEP, render_parts, training_examples  # noqa: E402
 from picaso_core.loading import ASSETS, save_model  # noqa: E402
 from picaso_core.tokenizer import Tokenizer  # noqa: E402
 
@@ -49,7 +49,7 @@ def copy_drill(example: dict, rng: random.Random) -> str | None:
     if not ctx:
         return None
     shown = rng.sample(ctx, min(len(ctx), rng.randint(1, 3)))
-    return "\n\n".join(shown) + "\n\n" + rng.choice(shown)
+    return CONTEXT_SEP.join(shown) + CONTEXT_SEP + rng.choice(shown)
 
 
 POOL = 16  # documents the packer chooses from when filling a row
@@ -57,7 +57,7 @@ POOL = 16  # documents the packer chooses from when filling a row
 
 def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int, copy_drills: float = 0.0):
     """Yield (inputs, targets), LongTensors [batch, seq_len], of WHOLE documents packed into rows:
-    ctx1\n\nctx2...\n\nquery cont<eos>, or with probability `copy_drills` a copy drill made from the
+    ctx1\\n\\nctx2...\\n\\nquery cont<eos>, or with probability `copy_drills` a copy drill made from the
     example's contexts instead.
 
     A document never straddles two rows (plain packing would cut most retrieval examples, which are
