@@ -5,7 +5,9 @@ Folder layouts read:
                 (state-spaces/mamba2-130m ... mamba2-2.7b, state-spaces/mamba-130m ... mamba-2.8b)
   transformers  config.json {"model_type": "mamba" | "mamba2", ...} + model.safetensors
                 (possibly sharded with model.safetensors.index.json) | pytorch_model.bin
-Tokenizer: the folder's tokenizer.json, else EleutherAI/gpt-neox-20b (what state-spaces models use).
+Tokenizer: the folder's tokenizer.json, else EleutherAI/gpt-neox-20b (what state-spaces models use);
+its end-of-text token is the one the checkpoint names (config.json eos_token_id, tokenizer_config.json /
+special_tokens_map.json eos_token; see picaso_core.tokenizer.find_eos), None where it names none.
 
 pytorch_model.bin is read with torch.load(weights_only=True): never plain unpickling.
 Every weight key and shape is checked; a mismatch names the key.
@@ -154,4 +156,4 @@ def _load_tokenizer(folder: Path):
 
     if (Path(folder) / "tokenizer.json").exists():
         return Tokenizer.from_pretrained_dir(folder)
-    return Tokenizer.from_hub(DEFAULT_TOKENIZER)
+    return Tokenizer.from_hub(DEFAULT_TOKENIZER, config_folder=folder)  # the EOS: the model's files first

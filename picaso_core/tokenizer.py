@@ -1,58 +1,87 @@
 """One tokenizer wrapper for every model: the bundled demo tokenizer and real checkpoints' ones.
 
 Both are a Hugging Face `tokenizer.json` (the demo: byte-level BPE, 4096 pieces, trained by
-scripts/build_demo_data.py; state-spaces Mamba checkpoints: GPT-NeoX-20B's). Both use
-"<|endoftext|>" as end-of-text / document separator. `encode` never adds special tokens: the
-engine decides where EOS goes.
+scripts/build_demo_data.py; state-spaces Mamba checkpoints: GPT-NeoX-20B's). `encode` never adds
+special tokens: the engine decides where EOS goes.
+
+The end-of-text token comes from the checkpoint (`find_eos`): config.json's / generation_config.json's
+`eos_token_id`, else tokenizer_config.json's / special_tokens_map.json's `eos_token`, else a special
+token of tokenizer.json with a conventional EOS name (`<|endoftext|>` for the demo and GPT-NeoX,
+`</s>`, `<eos>`, `<|end_of_text|>`). A checkpoint with none of these loads with `eos_id = None`
+and a warning: generation then stops only at its token budget.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import warnings
 from pathlib import Path
 from typing import Sequence
 
 from tokenizers import Tokenizer as _HFTokenizer
 
-EOS_TOKEN = "<|endoftext|>"
+EOS_TOKEN = "<|endoftext|>"  # the demo's (and GPT-NeoX's) end-of-text token
+# Special tokens that mean "end of text" by convention, tried when no file of the checkpoint names
+# one: GPT-2 / GPT-NeoX / the demo, T5 / Llama-2 / OPT, Gemma, Llama-3.
+CONVENTIONAL_EOS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
 HUB_TIMEOUT_S = 10.0  # a hub download that cannot connect gives up after this long
 
 
 class Tokenizer:
-    """Thin wrapper over `tokenizers.Tokenizer`: text <-> token ids, plus the EOS id."""
+    """Thin wrapper over `tokenizers.Tokenizer`: text <-> token ids, plus the EOS id.
 
-    def __init__(self, hf: _HFTokenizer, eos_token: str = EOS_TOKEN, source: str = "") -> None:
-        eos = hf.token_to_id(eos_token)
-        if eos is None:
-            raise ValueError(f"tokenizer {source or ''} has no {eos_token!r} token to use as EOS")
+    eos_token: the end-of-text token, which must be in the vocabulary; None: the tokenizer has no
+    EOS (`eos_id` is None; generation stops only at its token budget). `eos_source` says where the
+    choice came from (shown in repr).
+    """
+
+    def __init__(self, hf: _HFTokenizer, eos_token: str | None = EOS_TOKEN, source: str = "",
+                 eos_source: str = "given") -> None:
+        eos = None if eos_token is None else hf.token_to_id(eos_token)
+        if eos_token is not None and eos is None:
+            raise ValueError(f"tokenizer {source or ''} has no {eos_token!r} token to use as EOS; "
+                             "name the checkpoint's end-of-text token (config.json eos_token_id) or pass eos_token=None")
         self._tok = hf
-        self.eos_id: int = eos
+        self.eos_id: int | None = eos
         self.eos_token = eos_token
+        self.eos_source = eos_source if eos_token is not None else "none found"
         self.source = source
 
     # ---- loading ------------------------------------------------------------------------------
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "Tokenizer":
-        """Load a `tokenizer.json` file."""
+    def from_file(cls, path: str | os.PathLike, eos_folders: list[Path] | None = None) -> "Tokenizer":
+        """Load a `tokenizer.json` file; its EOS as `find_eos` names it from the files in
+        `eos_folders` (default: the file's own folder)."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no tokenizer file at {path}; build the demo one with scripts/build_demo_data.py")
-        return cls(_HFTokenizer.from_file(str(path)), source=str(path))
+        hf = _HFTokenizer.from_file(str(path))
+        token, where = find_eos(hf, eos_folders or [path.parent])
+        if token is None:
+            warnings.warn(f"{path}: the checkpoint names no end-of-text token (no eos_token_id in config.json, no "
+                          f"eos_token in tokenizer_config.json / special_tokens_map.json, none of {list(CONVENTIONAL_EOS)} "
+                          "in tokenizer.json); generation stops only at max_new_tokens. Add \"eos_token_id\" to "
+                          "config.json to name one.", stacklevel=2)
+        return cls(hf, token, source=str(path), eos_source=where)
 
     @classmethod
-    def from_pretrained_dir(cls, folder: str | os.PathLike) -> "Tokenizer":
-        """Load `<folder>/tokenizer.json` (a checkpoint folder, or assets/ for the demo)."""
+    def from_pretrained_dir(cls, folder: str | os.PathLike, config_folder: str | os.PathLike | None = None) -> "Tokenizer":
+        """Load `<folder>/tokenizer.json` (a checkpoint folder, or assets/ for the demo), with the
+        EOS token the checkpoint names (`find_eos`; config.json is read from `config_folder`,
+        default `folder`)."""
         path = Path(folder) / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(
                 f"{folder} has no tokenizer.json; copy the checkpoint's tokenizer.json there "
                 f"(state-spaces models use EleutherAI/gpt-neox-20b's)"
             )
-        return cls.from_file(path)
+        return cls.from_file(path, eos_folders=[Path(folder)] + ([Path(config_folder)] if config_folder else []))
 
     @classmethod
-    def from_hub(cls, repo_id: str, revision: str | None = None) -> "Tokenizer":
+    def from_hub(cls, repo_id: str, revision: str | None = None, config_folder: str | os.PathLike | None = None) -> "Tokenizer":
         """Download `tokenizer.json` from a hub repo (cached), e.g. "EleutherAI/gpt-neox-20b".
+        `config_folder`: the model's own folder, whose files name the EOS first (`find_eos`).
 
         Uses the local cache first, so it works offline once downloaded; with no cache and no
         network it fails within HUB_TIMEOUT_S with a message naming the offline alternative.
@@ -63,10 +92,15 @@ class Tokenizer:
             f"download {repo_id}'s tokenizer.json on a connected machine and load it with "
             f"Tokenizer.from_pretrained_dir(folder), or use the bundled demo model's tokenizer"
         )
+        def load(path: str) -> "Tokenizer":
+            return cls.from_file(path, eos_folders=([Path(config_folder)] if config_folder else []) + [Path(path).parent])
+
         try:  # cache hit: no network at all
-            return cls.from_file(hf_hub_download(repo_id, "tokenizer.json", revision=revision, local_files_only=True))
+            path = hf_hub_download(repo_id, "tokenizer.json", revision=revision, local_files_only=True)
         except Exception:
-            pass
+            path = None
+        if path is not None:
+            return load(path)
         if hub_offline():
             raise RuntimeError(f"tokenizer for {repo_id!r} is not cached and the hub is offline (HF_HUB_OFFLINE); {fix}")
         try:
@@ -74,7 +108,7 @@ class Tokenizer:
             path = hf_hub_download(repo_id, "tokenizer.json", revision=revision, etag_timeout=HUB_TIMEOUT_S)
         except Exception as e:  # connection, DNS, 404, gated repo: all mean "not available here"
             raise RuntimeError(f"could not download tokenizer.json from {repo_id!r} ({type(e).__name__}: {e}); {fix}") from e
-        return cls.from_file(path)
+        return load(path)
 
     # ---- use ----------------------------------------------------------------------------------
     @property
@@ -98,7 +132,54 @@ class Tokenizer:
         return [self._tok.decode([i], skip_special_tokens=False) for i in ids]
 
     def __repr__(self) -> str:
-        return f"Tokenizer(vocab_size={self.vocab_size}, eos_id={self.eos_id}, source={self.source!r})"
+        return (f"Tokenizer(vocab_size={self.vocab_size}, eos={self.eos_token!r} (id {self.eos_id}, "
+                f"from {self.eos_source}), source={self.source!r})")
+
+
+def find_eos(hf: _HFTokenizer, folders: list[Path]) -> tuple[str | None, str]:
+    """The end-of-text token a checkpoint names, and where it was found.
+
+    Looked up in this order, in each folder: config.json then generation_config.json
+    (`eos_token_id`: an id, or a list whose first id is taken), tokenizer_config.json then
+    special_tokens_map.json (`eos_token`: a string or {"content": ...}); then the first of
+    CONVENTIONAL_EOS that tokenizer.json holds as a special token. Returns (None, "none found")
+    when there is none. A named token missing from the vocabulary is an error that names the file.
+    """
+    for folder in folders:
+        for name in ("config.json", "generation_config.json"):
+            d = _read_json(folder / name)
+            eos_id = d.get("eos_token_id")
+            if isinstance(eos_id, list):
+                eos_id = eos_id[0] if eos_id else None
+            if eos_id is None:
+                continue
+            token = hf.id_to_token(int(eos_id))
+            if token is None:
+                raise ValueError(f"{folder / name}: eos_token_id {eos_id} is not in the tokenizer's "
+                                 f"{hf.get_vocab_size(with_added_tokens=True)} tokens; fix eos_token_id")
+            return token, f"{name} eos_token_id"
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):
+            token = _read_json(folder / name).get("eos_token")
+            if isinstance(token, dict):
+                token = token.get("content")
+            if not token:
+                continue
+            if hf.token_to_id(token) is None:
+                raise ValueError(f"{folder / name}: eos_token {token!r} is not in tokenizer.json; fix eos_token")
+            return token, f"{name} eos_token"
+    special = {t.content for t in hf.get_added_tokens_decoder().values() if t.special}
+    for token in CONVENTIONAL_EOS:
+        if token in special:
+            return token, "tokenizer.json special token"
+    return None, "none found"
+
+
+def _read_json(path: Path) -> dict:
+    """A checkpoint's JSON file as a dict; {} when absent."""
+    if not path.is_file():
+        return {}
+    d = json.loads(path.read_text(encoding="utf-8"))
+    return d if isinstance(d, dict) else {}
 
 
 def check_hub_reachable(repo_id: str, repo_type: str) -> None:

@@ -169,3 +169,38 @@ def test_gradients_match_transformers(tmp_path, tokenizer_json, family, ngroups)
         assert p.grad is not None, name
         scale = max(1.0, ref[name].abs().max().item())
         assert (p.grad - ref[name]).abs().max().item() <= 1e-4 * scale, name
+
+
+def _eos_checkpoint(folder, special, config_eos=None):
+    """A transformers-layout Mamba-2 checkpoint (as save_pretrained writes it) whose tokenizer.json
+    has the special tokens `special` and no '<|endoftext|>'."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    hf = _hf_model("Mamba2")
+    hf.config.eos_token_id = hf.generation_config.eos_token_id = config_eos
+    hf.save_pretrained(folder)
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["Velmora was founded in 1423 by Osric Dallen."] * 20, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_checkpoint_with_its_own_eos_loads_and_generation_stops_there(tmp_path):
+    """Issue 14: a checkpoint whose EOS is '</s>' (named by config.json) loads, and generate stops at it."""
+    m = load_model(str(_eos_checkpoint(tmp_path, ["<unk>", "<s>", "</s>"], config_eos=2)))
+    assert (m.tokenizer.eos_token, m.tokenizer.eos_id) == ("</s>", 2)
+    with torch.no_grad():  # make '</s>' the certain next token: generation must stop right after it
+        m.lm_head.weight[2] += 100 * m.backbone.norm_f.weight.sign()
+    assert m.generate(m.tokenizer.encode("Velmora"), max_new_tokens=10, temperature=0) == [2]
+
+
+def test_checkpoint_without_any_eos_loads_and_generates_to_its_budget(tmp_path):
+    folder = _eos_checkpoint(tmp_path, ["<unk>", "<pad>"], config_eos=None)
+    with pytest.warns(UserWarning, match="names no end-of-text token"):
+        m = load_model(str(folder))
+    assert m.tokenizer.eos_id is None
+    assert len(m.generate(m.tokenizer.encode("Velmora"), max_new_tokens=7, temperature=0)) == 7

@@ -124,3 +124,75 @@ def test_from_hub_fails_fast_without_network(monkeypatch):
     with pytest.raises(RuntimeError, match="demo model"):
         Tokenizer.from_hub("picaso-explorer-tests/no-such-tokenizer")
     assert time.monotonic() - start < HUB_TIMEOUT_S + 5
+
+
+# ---- the end-of-text token comes from the checkpoint ---------------------------------------------
+def _bpe(special: list[str]) -> HFTokenizer:
+    """A small byte-level BPE whose only special tokens are `special` (ids 0, 1, ...)."""
+    from tokenizers import decoders, pre_tokenizers, trainers
+
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    hf.train_from_iterator(["Velmora was founded in 1423 by Osric Dallen."] * 20, trainer)
+    return hf
+
+
+def _folder(tmp_path, special, **files) -> Path:
+    import json
+
+    _bpe(special).save(str(tmp_path / "tokenizer.json"))
+    for name, content in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(content))
+    return tmp_path
+
+
+@pytest.mark.parametrize("files, source", [
+    (dict(tokenizer_config={"eos_token": "</s>", "bos_token": "<s>"}), "tokenizer_config.json eos_token"),
+    (dict(special_tokens_map={"eos_token": {"content": "</s>", "lstrip": False}}), "special_tokens_map.json eos_token"),
+    (dict(config={"model_type": "mamba2", "eos_token_id": 2}), "config.json eos_token_id"),
+    (dict(generation_config={"eos_token_id": [2, 1]}), "generation_config.json eos_token_id"),
+    ({}, "tokenizer.json special token"),  # named by nothing: '</s>' by convention
+])
+def test_eos_is_the_one_the_checkpoint_names(tmp_path, files, source):
+    tok = Tokenizer.from_pretrained_dir(_folder(tmp_path, ["<unk>", "<s>", "</s>"], **files))
+    assert (tok.eos_token, tok.eos_id, tok.eos_source) == ("</s>", 2, source)
+    assert tok.decode([tok.eos_id]) == "</s>" and "'</s>' (id 2" in repr(tok)
+
+
+def test_config_json_wins_over_the_tokenizer_files(tmp_path):
+    folder = _folder(tmp_path, ["<unk>", "<s>", "</s>"], config={"eos_token_id": 1},
+                     tokenizer_config={"eos_token": "</s>"})
+    assert Tokenizer.from_pretrained_dir(folder).eos_token == "<s>"
+
+
+def test_no_eos_anywhere_loads_with_none_and_a_warning(tmp_path):
+    folder = _folder(tmp_path, ["<unk>", "<pad>"], config={"d_model": 8})
+    with pytest.warns(UserWarning, match="names no end-of-text token.*eos_token_id"):
+        tok = Tokenizer.from_pretrained_dir(folder)
+    assert tok.eos_id is None and tok.eos_token is None and "none found" in repr(tok)
+    assert tok.decode(tok.encode("Velmora was founded")) == "Velmora was founded"
+
+
+def test_an_eos_the_tokenizer_lacks_is_an_error_naming_the_file(tmp_path):
+    folder = _folder(tmp_path, ["<unk>", "</s>"], config={"eos_token_id": 5000})
+    with pytest.raises(ValueError, match=r"config\.json: eos_token_id 5000 .*fix eos_token_id"):
+        Tokenizer.from_pretrained_dir(folder)
+    (folder / "config.json").unlink()
+    (folder / "tokenizer_config.json").write_text('{"eos_token": "<|im_end|>"}')
+    with pytest.raises(ValueError, match=r"tokenizer_config\.json: eos_token '<\|im_end\|>'"):
+        Tokenizer.from_pretrained_dir(folder)
+
+
+def test_a_hub_tokenizer_takes_the_models_eos_first(tmp_path):
+    """A state-spaces folder has no tokenizer.json: the shared one comes from the hub, and the
+    model's own config.json, read first, names the EOS (from_hub's config_folder)."""
+    hub, model_dir = tmp_path / "hub", tmp_path / "model"
+    hub.mkdir(), model_dir.mkdir()
+    _folder(hub, ["<unk>", "<s>", "</s>"], tokenizer_config={"eos_token": "</s>"})
+    (model_dir / "config.json").write_text('{"eos_token_id": 1}')
+    tok = Tokenizer.from_file(hub / "tokenizer.json", eos_folders=[model_dir, hub])
+    assert tok.eos_token == "<s>" and tok.eos_source == "config.json eos_token_id"
+    assert Tokenizer.from_file(hub / "tokenizer.json").eos_token == "</s>"
