@@ -76,9 +76,7 @@ def compose_subsets(method: str, states: Sequence[ContextState], masks) -> Conte
     mk = masks.to(ref.ssm.device, ref.log_decay.dtype)  # [m, n]
     log_decays = torch.stack([s.log_decay for s in states])  # [n, *A]
     W = subset_weights(method, log_decays, mk)  # [m, n, *A]
-    ssm = W[:, 0] * states[0].ssm  # [m, *x]
-    for k in range(1, len(states)):
-        ssm.addcmul_(W[:, k], states[k].ssm)
+    ssm = _subset_sum(W, [s.ssm for s in states])  # [m, *x]
     count = mk.sum(1, keepdim=True)  # [m, 1]
     c = mk / count.clamp(min=1)  # the mean of the kept conv windows; 0 for an empty row
     conv = torch.einsum("mn,n...->m...", c, torch.stack([s.conv for s in states]))
@@ -86,6 +84,30 @@ def compose_subsets(method: str, states: Sequence[ContextState], masks) -> Conte
     tokens = [int(s.num_tokens) for s in states]
     num_tokens = tuple(sum(t for t, keep in zip(tokens, row) if keep) for row in masks.tolist())
     return ContextState(ssm=ssm, conv=conv, log_decay=log_decay, num_tokens=num_tokens)
+
+
+def _subset_sum(W: Tensor, xs: Sequence[Tensor]) -> Tensor:
+    """out[r] = Σ_k W[r, k] x_k for m rows at once. W [m, n, *A], xs n tensors [*X], A broadcastable to X.
+
+    Mamba-2 (A = [L, H, 1, 1]: one weight per head) is a batched matmul over the L·H heads,
+    [L·H, m, n] @ [L·H, n, P·N]: it reads each state once and writes each row once. The per-k
+    accumulation of compose.weighted_sum would read and write all m rows n times (10x the memory
+    traffic at n = 10; measured 1.2 s vs ~0.2 s for the 11 LOO states of mamba2-130m on CPU).
+    Mamba-1's decays have the state's shape, so there it accumulates per k."""
+    m, n = W.shape[:2]
+    A, X = W.shape[2:], xs[0].shape
+    lead = len(A)  # the weights vary over A[:lead] and broadcast over the rest
+    while lead and A[lead - 1] == 1:
+        lead -= 1
+    if len(A) == len(X) and 0 < lead < len(X) and tuple(A[:lead]) == tuple(X[:lead]):
+        k = math.prod(X[:lead])
+        x = torch.stack([t.reshape(k, -1) for t in xs], 1)  # [k, n, q]
+        w = W.reshape(m, n, k).permute(2, 0, 1).to(x.dtype)  # [k, m, n]
+        return torch.bmm(w, x).permute(1, 0, 2).reshape(m, *X)  # [m, *X]
+    out = W[:, 0] * xs[0]
+    for j in range(1, n):
+        out.addcmul_(W[:, j], xs[j])
+    return out
 
 
 def _token_subset_states(model, method: str, states, context_ids, masks: Tensor) -> list[ContextState]:

@@ -1,0 +1,137 @@
+"""Attribution from stored states vs by re-processing contexts, side by side in one run.
+
+Leave-one-out of n = 10 contexts of ~100 tokens (query ~12 tokens, answer ~20 tokens):
+  - LOO with PICASO-R (and the other state methods): the n + 1 states (all, all but one) are
+    weighted sums of the stored states, then one batched forward over query + answer;
+  - LOO with Concat: each subset's concatenation is processed from its first context's stored
+    state (paper sec. 6.2), all subsets in one batched forward, then the same scoring;
+  - the ablation surrogate (ContextCite): 64 random keep-masks, composed from states (PICASO-R)
+    vs each kept subset's concatenation processed (Concat), then the same scoring and LASSO.
+Encoding the contexts into states is the database build, done once before and charged to no one.
+Models: the mamba2-130m shape with random weights (float32), then the bundled demo model.
+Everything runs on the CPU with one torch thread (torch.set_num_threads(1)): on the shared 2-core
+machines two threads wait on each other at random; one thread gives reproducible ratios.
+Times are median (min) of `--repeats` interleaved rounds; the claims are the ratios.
+
+    python bench/attribution_speed.py             # ~15 minutes on one shared core
+    python bench/attribution_speed.py --quick     # n = 5, 50-token contexts, the 130m shape only
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
+from picaso_core.attribution import leave_one_out_tokens, surrogate  # noqa: E402
+
+LOO = {"picaso_r": "PICASO-R", "picaso_s": "PICASO-S", "caso": "CASO", "soup": "Soup", "concat": "Concat"}
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def ms(ts: list[float]) -> str:
+    return f"{1e3 * statistics.median(ts):.0f} ({1e3 * min(ts):.0f})"
+
+
+def measure(name: str, model, contexts: list[list[int]], query: list[int], answer: list[int], repeats: int,
+            n_ablations: int) -> list[str]:
+    t0 = time.perf_counter()
+    states = model.encode_contexts(contexts)
+    build = time.perf_counter() - t0
+    fns = {m: (lambda m=m: leave_one_out_tokens(model, query, answer, states, m, context_ids=contexts)) for m in LOO}
+    fns["surrogate picaso_r"] = lambda: surrogate(model, query, answer, states, "picaso_r", n_ablations=n_ablations,
+                                                  n_heldout=0, context_ids=contexts)
+    fns["surrogate concat"] = lambda: surrogate(model, query, answer, states, "concat", n_ablations=n_ablations,
+                                                n_heldout=0, context_ids=contexts)
+    for k, fn in fns.items():  # warm-up (allocator, first-call paths) of the fast ones; Concat's take minutes
+        if "concat" not in k:
+            fn()
+    times = {k: [] for k in fns}
+    for r in range(repeats):
+        for k, fn in fns.items():
+            if k == "surrogate concat" and r > 0:
+                continue  # ~n_ablations concatenations: one round is enough (minutes on one core)
+            times[k].append(timed(fn))
+            print(f"  [{name}] round {r + 1}: {k} {times[k][-1]:.2f} s", file=sys.stderr, flush=True)
+    n, tok = len(contexts), sum(map(len, contexts))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    lines = [
+        f"### {name}: n = {n} contexts, {tok} context tokens (mean {tok / n:.0f}), query {len(query)} "
+        f"tokens, answer {len(answer)} tokens; database build (encoding the {n} states, not charged) "
+        f"{1e3 * build:.0f} ms",
+        "",
+        "| attribution | ms, median (min) | vs PICASO-R-LOO |",
+        "|---|---|---|",
+    ]
+    for k in fns:
+        label = f"LOO {LOO[k]}" if k in LOO else f"surrogate, {n_ablations} ablations, {'PICASO-R' if 'picaso' in k else 'Concat'}"
+        lines.append(f"| {label} | {ms(times[k])} | {med[k] / med['picaso_r']:.2f}x |")
+    lines += [
+        "",
+        f"- **Concat-LOO / PICASO-R-LOO = {med['concat'] / med['picaso_r']:.1f}x** (target >= 20x)",
+        f"- **surrogate ({n_ablations} ablations) by concatenation / from states = "
+        f"{med['surrogate concat'] / med['surrogate picaso_r']:.1f}x**",
+        "",
+    ]
+    return lines
+
+
+def demo_inputs(target_tokens: int, n: int):
+    """The demo model and n contexts of ~target_tokens tokens (consecutive held-out chunks joined),
+    with the first held-out QA sample's question and answer."""
+    from picaso_core.data import load_corpus
+    from picaso_core.loading import load_model
+
+    model = load_model("demo")
+    tok = model.tokenizer
+    corpus = load_corpus("demo", "test", kind="qa")
+    chunks = iter(corpus.database.values())
+    contexts = []
+    while len(contexts) < n:
+        ids: list[int] = []
+        while len(ids) < target_tokens:
+            ids += tok.encode(next(chunks) + "\n\n")
+        contexts.append(ids)
+    s = corpus.samples[0]
+    return model, contexts, tok.encode(s.query), tok.encode(s.continuation)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="n = 5, 50-token contexts, 130m shape only")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--ablations", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: see the docstring)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    n, ctx_len = (5, 50) if args.quick else (10, 100)
+    torch.manual_seed(args.seed)
+    cfg = ModelConfig(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(layer="Mamba2"),
+                      pad_vocab_size_multiple=16)
+    model = SSMLanguageModel(cfg).eval()
+    g = torch.Generator().manual_seed(args.seed)
+    rand = lambda k: torch.randint(0, cfg.vocab_size, (k,), generator=g).tolist()  # noqa: E731
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), float32, CPU\n")
+    out = measure("mamba2-130m shape, random weights", model, [rand(ctx_len) for _ in range(n)], rand(12), rand(20),
+                  args.repeats, args.ablations)
+    print("\n".join(out), flush=True)
+    if not args.quick:
+        dm, contexts, q, a = demo_inputs(ctx_len, n)
+        print("\n".join(measure("demo model", dm, contexts, q, a, args.repeats, args.ablations)))
+
+
+if __name__ == "__main__":
+    main()
