@@ -7,8 +7,13 @@
    candidate contexts, ordered by all-MiniLM-L6-v2 similarity to the query with the most relevant
    LAST (the paper's best-case Concat order); every method's mean continuation loss.
 2. QA in the MS MARCO shape: the same on answers given their candidate passages.
-3. In-context skills: greedy exact-match accuracy of the answer after k = 1, 4, 16
-   demonstrations (demonstrations from each task's train items, the query from its test items).
+3. In-context skills (picaso_core/skill_eval.py): greedy exact match on EVERY test item of each
+   task after k = 0, 1, 4, 16 demonstrations drawn from its train items; the label-shuffled
+   variants at k = 16 (a model that follows the relation scores low there).
+4. `--curve DIR`: the skill accuracy of each checkpoint in DIR (train_demo.py --keep-checkpoints),
+   for the accuracy-over-training curve in the card.
+Sections written by the analysis scripts (assets/demo_model/card_*.md: state soup, landscapes,
+attribution) are appended to the card.
 The evaluation is fixed before looking at results; numbers are reported as they come.
 """
 
@@ -30,12 +35,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from picaso_core import load_model  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.data.demo_world import CONTEXT_SEP  # noqa: E402
-from picaso_core.data.skills import load_skill_tasks, skill_query  # noqa: E402
+from picaso_core.data.demo_world import DEFAULT_MIX  # noqa: E402
+from picaso_core.skill_eval import mean_accuracy, skill_accuracy  # noqa: E402
 from picaso_core.evaluate import METHOD_NAMES, METHODS, evaluate_samples  # noqa: E402
+from picaso_core.data.skills import load_skill_tasks  # noqa: E402
 from picaso_core.loading import DEMO_MODEL_DIR  # noqa: E402
 from picaso_core.retrieval import Retriever  # noqa: E402
 
-SKILL_KS = (1, 4, 16)
+SKILL_KS = (0, 1, 4, 16)
+SHUFFLED_K = 16
 
 
 def order_by_retriever(corpus, retriever: Retriever):
@@ -67,40 +75,63 @@ def summarise(summary) -> dict:
     }
 
 
-@torch.no_grad()
-def skill_accuracy(model, n_queries: int, seed: int) -> dict[str, dict[int, float]]:
-    train = load_skill_tasks("train", include_shuffled=False)
-    test = load_skill_tasks("test", include_shuffled=False)
-    tok = model.tokenizer
-    acc: dict[str, dict[int, float]] = {}
-    for task in sorted(train):
-        acc[task] = {}
-        for k in SKILL_KS:
-            rng = random.Random(f"{seed}-{task}-{k}")
-            correct = 0
-            for _ in range(n_queries):
-                prompt, answer = skill_query(train[task], k, rng, query_pairs=test[task])
-                target = tok.encode(answer)
-                out = model.generate(tok.encode(prompt), max_new_tokens=len(target) + 1, temperature=0)
-                correct += tok.decode(out).split("\n")[0].strip() == answer.strip()
-            acc[task][k] = correct / n_queries
-    return acc
-
-
-def skill_table(acc: dict[str, dict[int, float]]) -> str:
-    rows = ["| task | " + " | ".join(f"k={k}" for k in SKILL_KS) + " |", "|---" * (len(SKILL_KS) + 1) + "|"]
+def skill_table(acc: dict[str, dict[int, float]], shuffled: dict[str, dict[int, float]] | None = None,
+                n_items: dict[str, int] | None = None) -> str:
+    ks = sorted({k for by_k in acc.values() for k in by_k})
+    sh = f" | shuffled labels, k={SHUFFLED_K}" if shuffled else ""
+    rows = ["| task | items | " + " | ".join(f"k={k}" for k in ks) + sh + " |", "|---" * (len(ks) + 2 + bool(shuffled)) + "|"]
     for task, by_k in acc.items():
-        rows.append(f"| {task} | " + " | ".join(f"{100 * by_k[k]:.0f}%" for k in SKILL_KS) + " |")
-    mean = {k: sum(a[k] for a in acc.values()) / len(acc) for k in SKILL_KS}
-    rows.append("| **mean** | " + " | ".join(f"**{100 * mean[k]:.0f}%**" for k in SKILL_KS) + " |")
+        s = f" | {100 * shuffled[task + '_shuffled'][SHUFFLED_K]:.0f}%" if shuffled else ""
+        n = (n_items or {}).get(task, "")
+        rows.append(f"| {task} | {n} | " + " | ".join(f"{100 * by_k[k]:.0f}%" for k in ks) + s + " |")
+    mean = mean_accuracy(acc)
+    s = f" | **{100 * mean_accuracy(shuffled)[SHUFFLED_K]:.0f}%**" if shuffled else ""
+    rows.append("| **mean** | | " + " | ".join(f"**{100 * mean[k]:.0f}%**" for k in ks) + s + " |")
     return "\n".join(rows)
+
+
+def skill_eval(model, seed: int, max_items: int | None = None) -> dict:
+    base = skill_accuracy(model, ks=SKILL_KS, seed=seed, max_items=max_items)
+    shuffled = skill_accuracy(model, tasks=[t + "_shuffled" for t in base], ks=(SHUFFLED_K,), seed=seed,
+                              max_items=max_items)
+    test = load_skill_tasks("test", include_shuffled=False)
+    return {"base": base, "shuffled": shuffled, "n_items": {t: len(test[t][:max_items]) for t in base},
+            "mean": mean_accuracy(base), "mean_shuffled": mean_accuracy(shuffled)[SHUFFLED_K]}
+
+
+def accuracy_curve(folder: Path, seed: int, max_items: int | None) -> list[dict]:
+    """Mean skill accuracy (k = 1, 4, 16) of every checkpoint saved during training."""
+    out = []
+    for ck in sorted(p for p in folder.iterdir() if (p / "model.safetensors").exists()):
+        model = load_model(ck)
+        acc = skill_accuracy(model, ks=(1, 4, 16), seed=seed, max_items=max_items)
+        row = {"checkpoint": ck.name, **{f"k{k}": v for k, v in mean_accuracy(acc).items()}}
+        print(row, flush=True)
+        out.append(row)
+    return out
+
+
+def curve_table(curve: list[dict]) -> str:
+    rows = ["| checkpoint | k=1 | k=4 | k=16 |", "|---|---|---|---|"]
+    rows += [f"| {c['checkpoint']} | {100 * c['k1']:.0f}% | {100 * c['k4']:.0f}% | {100 * c['k16']:.0f}% |" for c in curve]
+    return "\n".join(rows)
+
+
+def extra_sections(folder: Path) -> str:
+    """The analysis scripts' card sections (card_*.md beside the model), in a fixed order."""
+    order = ["soup", "landscape", "attribution"]
+    files = sorted(folder.glob("card_*.md"), key=lambda p: (order.index(p.stem[5:]) if p.stem[5:] in order else 99, p.name))
+    return "".join("\n" + f.read_text().strip() + "\n" for f in files)
 
 
 def _phase_line(p: dict) -> str:
     a = p.get("args", {})
     src = "continued from the previous phase" if a.get("init") else "from random weights"
     drills = f", copy drills {a['copy_drills']:.0%}" if a.get("copy_drills") else ""
-    return (f"  - {src}: {p.get('minutes', '?')} min on 2 CPU cores, {p.get('steps', '?')} steps of "
+    defaults = {"lr": 3e-3, "minutes": 55.0, "warmup": 100, "seed": 0, "copy_drills": 0.15}
+    flags = "".join(f" --{k.replace('_', '-')} {a[k]}" for k in ("init", "minutes", "lr", "warmup", "seed")
+                    if a.get(k) is not None and a.get(k) != defaults.get(k))
+    return (f"  - `python scripts/train_demo.py{flags}` ({src}): {p.get('minutes', '?')} min on 2 CPU cores, {p.get('steps', '?')} steps of "
             f"{a.get('batch', '?')} x {a.get('seq_len', '?')} tokens = {p.get('tokens', 0) / 1e6:.1f}M tokens, "
             f"lr {a.get('lr', '?')}{drills}, final loss {p.get('final_loss', '?')}")
 
@@ -128,6 +159,15 @@ def model_card(folder: Path, ev: dict, note: str = "") -> str:
     r, q = ev["retrieval"], ev["qa"]
     order = sorted(METHODS, key=lambda m: -r["gain_vs_none"][m])
     losses = [(e["step"], e["loss"]) for e in log.get("log", [])]
+    args = log.get("args", {})
+    mix = ", ".join(f"{k} {v:.0%}" for k, v in DEFAULT_MIX.items())
+    acc_curve = (f"\n- Skill accuracy over the last phase (mean over the base tasks, greedy exact match, "
+                 f"`python scripts/eval_demo.py --curve <out>/checkpoints`):\n\n{curve_table(ev['curve'])}\n"
+                 if ev.get("curve") else "")
+    sk = ev["skills"]
+    skills_md = skill_table({t: {int(k): v for k, v in a.items()} for t, a in sk["base"].items()},
+                            {t: {int(k): v for k, v in a.items()} for t, a in sk["shuffled"].items()}, sk["n_items"])
+    mean = {int(k): v for k, v in sk["mean"].items()}
     curve = ", ".join(f"{s}: {l:.2f}" for s, l in losses[:: max(1, len(losses) // 8)] + losses[-1:]) if losses else "-"
     return f"""# PICASO Explorer demo model
 
@@ -143,17 +183,22 @@ For real results switch to a released checkpoint, e.g. `python app.py --model st
 - Files: `config.json` (mamba_ssm schema), `model.safetensors`, `tokenizer.json`, `train_log.json`, `eval.json`.
 
 ## Training
-- Command: `python scripts/build_demo_data.py && python scripts/train_demo.py` (seeded; CPU; `torch.compile`).
-- Data: an endless stream of freshly generated examples (`picaso_core/data/demo_world.py`): retrieved chunks in
-  random order followed by a passage's first half and its continuation (45%), question answering with passages
-  (20%), in-context skill demonstrations (20%), plain passages (15%). Every retrieval/QA example invents new
-  entities, so facts cannot be memorised: the continuation can only be predicted by copying from the contexts.
-  Copy drills (contexts, then one of them again) make up {100 * log.get('args', {}).get('copy_drills', 0):.0f}% of documents.
-  Whole examples are packed into rows of {log.get('args', {}).get('seq_len', '?')} tokens (never cut across rows; padding carries no loss).
+- Command: see the phases below (`python scripts/build_demo_data.py` first; seeded; CPU; `torch.compile`).
+- Data: an endless stream of freshly generated examples (`picaso_core/data/demo_world.py`), mixed by document
+  share as {mix}: retrieved chunks in random order followed by a passage's first half and its
+  continuation (retrieval), question answering with passages (qa), in-context skill demonstrations `question → answer`
+  from each task's TRAIN items (skill), knowledge passages that state every skill pair in prose or glossary
+  lists, train and test items alike, never in the arrow format (knowledge, `picaso_core/data/knowledge.py`), and
+  plain passages. Every retrieval/QA example invents new entities, so facts cannot be memorised: the continuation
+  can only be predicted by copying from the contexts. The skill facts, by contrast, are meant to be memorised (as a
+  pre-trained model knows capitals and translations, State Soup's setting): a held-out skill query asks a fact the
+  model has read in prose but never seen demonstrated.
+  Copy drills (contexts, then one of them again) make up {100 * args.get('copy_drills', 0):.0f}% of documents.
+  Whole examples are packed into rows of {args.get('seq_len', '?')} tokens (never cut across rows; padding carries no loss).
 - Initialisation: {_init_line(log.get('args', {}))}
 - Phases (each `python scripts/train_demo.py ...`, AdamW, cosine to 10%, weight decay 0.1, grad clip 1):
 {phases}
-- Training loss by step (last phase): {curve}.{note}
+- Training loss by step (last phase): {curve}.{note}{acc_curve}
 
 ## Evaluation (held-out entities; `python scripts/eval_demo.py`)
 ### Retrieval continuation ({r['n_samples']} samples, 3-5 candidate contexts each, most relevant last by all-MiniLM-L6-v2)
@@ -168,22 +213,28 @@ Retriever put a gold context last in {100 * ev['gold_last_rate']:.0f}% of sample
 ### Question answering in the MS MARCO shape ({q['n_samples']} samples, answer loss)
 {q['table']}
 
-### In-context skills (greedy exact match, {ev['skill_queries']} held-out queries per task and k)
-{skill_table({t: {int(k): v for k, v in a.items()} for t, a in ev['skills'].items()})}
+### In-context skills (greedy exact match on every held-out item; `picaso_core/skill_eval.py`)
+Demonstrations from each task's train items, the query from its test items (known to the model as
+facts from the knowledge passages, never demonstrated); k = 0 is the bare `question →` line; the
+shuffled column asks the same questions after 16 demonstrations with permuted labels and expects the
+permuted label.
 
-Counting and the letter tasks (a rule the demonstrations show, applied to characters in context) are the
-learnable ones here; capitalize needs each word's upper-case token, and antonyms, translation, capitals, plurals
-and past tenses need word knowledge, which a 3M-parameter model trained on generated text does not have.
+{skills_md}
+
+Mean over the base tasks: {100 * mean[0]:.0f}% with no demonstration, {100 * mean[1]:.0f}% / {100 * mean[4]:.0f}% / {100 * mean[16]:.0f}% at k = 1 / 4 / 16;
+{100 * sk['mean_shuffled']:.0f}% on the shuffled variants at k = 16.
 
 Evaluated in {ev['seconds']:.0f} s on CPU.
-"""
+{extra_sections(folder)}"""
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(DEMO_MODEL_DIR))
     ap.add_argument("--samples", type=int, default=200, help="retrieval and QA samples (max 200 each)")
-    ap.add_argument("--skill-queries", type=int, default=30)
+    ap.add_argument("--skill-items", type=int, default=None, help="ask at most this many test items per task "
+                    "(default: all of them)")
+    ap.add_argument("--curve", default=None, help="a folder of checkpoints: add their skill accuracy curve to eval.json")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-card", action="store_true", help="print results only; write nothing")
     ap.add_argument("--note", default="", help="a sentence added to the card's training section")
@@ -208,10 +259,11 @@ def main(argv=None) -> None:
 
     r = evaluate_samples(model, samples, context_suffix=CONTEXT_SEP, progress=progress("retrieval"))
     q = evaluate_samples(model, qa_samples, context_suffix=CONTEXT_SEP, progress=progress("qa"))
-    skills = skill_accuracy(model, args.skill_queries, args.seed)
-    ev = {"retrieval": summarise(r), "qa": summarise(q), "skills": skills, "skill_queries": args.skill_queries,
+    skills = skill_eval(model, args.seed, args.skill_items)
+    curve = accuracy_curve(Path(args.curve), args.seed, args.skill_items) if args.curve else []
+    ev = {"retrieval": summarise(r), "qa": summarise(q), "skills": skills, "curve": curve,
           "gold_last_rate": gold_last_rate(samples), "seconds": time.time() - t0}
-    print(r.table(), "\n\n", q.table(), "\n\n", skill_table(skills), sep="")
+    print(r.table(), "\n\n", q.table(), "\n\n", skill_table(skills["base"], skills["shuffled"], skills["n_items"]), sep="")
     rr = ev["retrieval"]
     print(f"\nConcat vs none: {100 * rr['relative_gain_vs_none']['concat']:.1f}% lower loss; "
           f"PICASO-R recovers {100 * rr['concat_gain_recovered']['picaso_r']:.1f}% of Concat's gain")

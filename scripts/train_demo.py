@@ -111,6 +111,8 @@ def main(argv=None) -> None:
     ap.add_argument("--copy-drills", type=float, default=0.15, help="share of documents that are copy drills")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--save-every", type=int, default=250)
+    ap.add_argument("--keep-checkpoints", action="store_true", help="also keep every saved step under <out>/checkpoints/")
     ap.add_argument("--no-compile", action="store_true", help="eager mode (torch.compile fuses the "
                     "scan's elementwise ops: ~1.5x faster on CPU after a ~1 min compile)")
     args = ap.parse_args(argv)
@@ -167,8 +169,10 @@ def main(argv=None) -> None:
             log.append({"step": step, "loss": round(loss.item(), 4), "lr": lr, "tokens": tokens, "seconds": round(el, 1)})
             print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr:.2e}  tok/s {tokens / el:,.0f}  "
                   f"{el / 60:.1f} min", flush=True)
-        if step % 250 == 0:
+        if step % args.save_every == 0:
             save_model(model.eval(), args.out)  # a usable checkpoint if the run is cut short
+            if args.keep_checkpoints:  # for accuracy-over-training curves (scripts/eval_demo.py --curve)
+                save_model(model, Path(args.out) / "checkpoints" / f"step{step:05d}")
             model.train()
 
     model.eval()

@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import json
 import random
+import re
 import time
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def test_training_examples_are_deterministic_per_seed():
     c = list(itertools.islice(training_examples(8), 60))
     assert a == b
     assert a != c
-    assert {e["kind"] for e in a} == {"retrieval", "qa", "skill", "passage"}
+    assert {e["kind"] for e in a} == {"retrieval", "qa", "skill", "knowledge", "passage"}
 
 
 def test_bundled_assets_match_the_generator():
@@ -417,3 +418,48 @@ def test_continuations_copy_their_gold_chunks_and_paraphrase_does_not():
         gold_p = [t for cid, t in p.contexts if cid in p.gold_ids]
         paraphrased += sum(not any(x in g for g in gold_p) for x in re.split(r"(?<=\.) ", p.continuation.strip()))
     assert verbatim >= 24 and paraphrased > 0
+
+
+# ---- knowledge passages (demo model v2: the model knows every mapping, demonstrations use train items)
+
+
+def _mentions(text: str, q: str, a: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(q)}(?![\w-])", text) is not None and \
+        re.search(rf"(?<![\w-]){re.escape(a)}(?![\w-])", text) is not None
+
+
+def test_every_test_item_is_stated_in_the_knowledge_passages_and_never_demonstrated():
+    from picaso_core.data.knowledge import all_knowledge_passages
+
+    passages = all_knowledge_passages()
+    test = load_skill_tasks("test", include_shuffled=False)
+    for task, pairs in test.items():
+        for q, a in pairs:
+            assert any(_mentions(p, q, a) for p in passages), (task, q, a)
+    # the training stream: knowledge examples state test items too, skill demonstrations never do
+    stream = list(itertools.islice(training_examples(0), 1500))
+    knowledge = [render_concat(e) for e in stream if e["kind"] == "knowledge"]
+    skills = [e for e in stream if e["kind"] == "skill"]
+    assert len(knowledge) > 400 and len(skills) > 300
+    stated = {(t, q) for t, pairs in test.items() for q, a in pairs if any(_mentions(k, q, a) for k in knowledge)}
+    assert len(stated) > 0.9 * sum(len(p) for p in test.values())  # random passages cover nearly all
+    demo_lines: dict[str, set[str]] = {}  # task -> every demonstration / query line of its examples
+    for e in skills:
+        text = CONTEXT_SEP.join(e["contexts"]) + "\n" + e["query"] + e["continuation"]
+        demo_lines.setdefault(e["task"], set()).update(x for x in text.splitlines() if ARROW in x)
+    assert set(demo_lines) == set(test)
+    for task, pairs in test.items():  # (a word may be a test item of one task and a train item of another)
+        for q, a in pairs:
+            assert f"{q} {ARROW} {a}" not in demo_lines[task], (task, q)
+            assert not any(line.startswith(f"{q} {ARROW}") for line in demo_lines[task]), (task, q)
+    assert not any(ARROW in k for k in knowledge)  # the demonstration format is not used for facts
+
+
+def test_knowledge_passages_are_deterministic_and_vary_their_wording():
+    from picaso_core.data.knowledge import knowledge_passage
+
+    a = [knowledge_passage(random.Random(3)) for _ in range(1)]
+    assert a == [knowledge_passage(random.Random(3))]
+    texts = [render_concat(knowledge_passage(random.Random(i))) for i in range(300)]
+    capitals = [t for t in texts if "capital" in t.lower()]
+    assert len({t.split(".")[1].strip().split(" ")[0] for t in capitals}) > 3  # several sentence shapes

@@ -22,11 +22,15 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from picaso_core.data.schema import RetrievalSample, qa_prompt
+from picaso_core.data.knowledge import knowledge_items, knowledge_passage
 from picaso_core.data.skills import format_demos, format_query, load_skill_tasks
 from picaso_core.data.world import ENTITY_TYPES, Entity, make_entity, make_name, mentions
 
 CONTEXT_SEP = "\n\n"
-DEFAULT_MIX = {"retrieval": 0.45, "qa": 0.2, "skill": 0.2, "passage": 0.15}
+# v2 mixture: knowledge passages (knowledge.py) state every skill mapping in prose, so that skill
+# demonstrations only have to name the task (State Soup's setting); retrieval / QA keep most of the
+# most of the tokens (retrieval examples are ~5x longer) so the composition results hold. (v1: retrieval 0.45, qa 0.2, skill 0.2, passage 0.15.)
+DEFAULT_MIX = {"retrieval": 0.2, "qa": 0.1, "skill": 0.3, "knowledge": 0.35, "passage": 0.05}
 MAX_CONTEXTS = 5  # gold + distractors per sample (paper: 3-5 candidates is the demo's regime)
 
 
@@ -211,10 +215,12 @@ def training_examples(
     Args:
         seed: the stream is a pure function of (seed, split, mix, max_shots).
         split: "train" or "test"; names (and skill items) of one split never occur in the other.
-        mix: kind -> weight over "retrieval", "qa", "skill", "passage" (default DEFAULT_MIX).
+        mix: kind -> weight over "retrieval", "qa", "skill", "knowledge", "passage" (default DEFAULT_MIX).
         max_shots: upper bound of k for skill demonstrations (the paper uses 32-shot states).
     Contexts are in random order (PICASO composes them order-free); "passage" examples have no
-    contexts (query = intro, continuation = the entity's whole article).
+    contexts (query = intro, continuation = the entity's whole article); "knowledge" examples are
+    prose statements of skill facts, every item of every task (knowledge.py), while "skill"
+    demonstrations and queries use the split's items only.
     """
     mix = dict(DEFAULT_MIX if mix is None else mix)
     unknown = set(mix) - set(DEFAULT_MIX)
@@ -222,12 +228,16 @@ def training_examples(
         raise ValueError(f"mix must map kinds among {sorted(DEFAULT_MIX)} to non-negative weights, got {mix}")
     rng = random.Random(seed)
     tasks = load_skill_tasks(split, include_shuffled=False)
+    facts = knowledge_items()
     kinds, weights = list(mix), list(mix.values())
     i = 0
     while True:
         kind = rng.choices(kinds, weights)[0]
         if kind == "skill":
             yield _skill_example(tasks, rng, max_shots)
+            continue
+        if kind == "knowledge":
+            yield knowledge_passage(rng, facts)
             continue
         world = _mini_world(rng, split)
         target = world.entities[0]
