@@ -477,3 +477,99 @@ def prop4_table(context_states: Sequence[ContextState]) -> list[dict]:
         r["holds"] = all(p[l]["caso_gap"] <= p[l]["bound"] * (1 + 1e-6) for p in pairs)
         rows.append({"layer": l, **r})
     return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Fig. 2 for one sample or an average
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Fig2:
+    """Fig. 2 and its companions for one sample or the average of several.
+
+    soup / caso: the two planes; soup_line: x(u_a) -> x(u_b); caso_line: CASO(u_a, u_b) ->
+    CASO(u_b, u_a) (the pair `pair`, 0-based); prop4: per-layer distances (`prop4_table`), means
+    over samples; seconds: wall time of the whole computation."""
+
+    soup: Landscape
+    caso: Landscape
+    soup_line: Line
+    caso_line: Line
+    prop4: list[dict]
+    pair: tuple[int, int]
+    n_samples: int
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        """The fig. 2 finding in numbers: triangle sizes, loss at each mean and at the anchors."""
+        s, c = self.soup, self.caso
+        out = {
+            "soup_mean_side": float(np.mean(s.sides)), "caso_mean_side": float(np.mean(c.sides)),
+            "soup_loss_at_mean": s.marks[0].loss, "caso_loss_at_mean": c.marks[0].loss,
+            "soup_anchor_loss": float(np.mean(s.anchor_loss)), "caso_anchor_loss": float(np.mean(c.anchor_loss)),
+        }
+        out["side_ratio"] = out["caso_mean_side"] / out["soup_mean_side"]
+        out["mean_loss_gain"] = out["soup_loss_at_mean"] - out["caso_loss_at_mean"]  # > 0: PICASO-R lower
+        concat = [m for m in s.marks if m.name == "Concat"]
+        if concat:
+            out["concat_loss"] = concat[0].state_loss
+            out["concat_off_soup_plane"] = concat[0].off_plane
+            out["concat_off_caso_plane"] = c.mark("Concat").off_plane
+        return out
+
+    def to_dict(self) -> dict:
+        return {"n_samples": self.n_samples, "pair": list(self.pair), "seconds": _r(self.seconds, 4),
+                "soup": self.soup.to_dict(), "caso": self.caso.to_dict(),
+                "soup_line": self.soup_line.to_dict(), "caso_line": self.caso_line.to_dict(),
+                "prop4": [{k: (_r(v) if isinstance(v, float) else v) for k, v in r.items()} for r in self.prop4],
+                "summary": {k: _r(v) for k, v in self.summary().items()}}
+
+
+def fig2(model, samples: Sequence[tuple], steps: int = 21, margin: float = 0.25, pair: tuple[int, int] = (1, 2),
+         line_steps: int = 41, line_margin: float = 0.5, chunk: int | None = None,
+         progress: Progress | None = None) -> Fig2:
+    """PICASO fig. 2 over `samples`, each (query_ids, continuation_ids, context_ids [3 lists],
+    context_states [3]) with its contexts in presentation order (most relevant last).
+
+    Both planes mark their mean (Soup / PICASO-R) and the Concat state projected onto them; with
+    several samples everything is averaged (planes in barycentric coordinates, lines at equal t,
+    distances per layer). progress(done, total) counts scored states."""
+    import time
+
+    t0 = time.perf_counter()
+    if not samples:
+        raise ValueError("no samples")
+    if len(set(pair)) != 2 or not all(0 <= p < 3 for p in pair):
+        raise ValueError(f"pair must be two different context indices in 0..2, got {pair}")
+    soup_in, caso_in, soup_lines, caso_lines, tables = [], [], [], [], []
+    for q, c, ids, states in samples:
+        anchors = fig2_anchors(states)
+        proj = {"Concat": concat_state(model, ids, states)}
+        soup_in.append(PlaneInput(list(q), list(c), anchors["soup"], proj))
+        caso_in.append(PlaneInput(list(q), list(c), anchors["caso"], proj))
+        a, b = states[pair[0]], states[pair[1]]
+        soup_lines.append((q, c, a, b))
+        caso_lines.append((q, c, compose("caso", [a, b]), compose("caso", [b, a])))
+        tables.append(prop4_table(states))
+    n = len(samples)
+    per_plane = (steps * steps + 5) * n
+    total = 2 * per_plane + 2 * line_steps * n
+
+    def phase(offset: int, unit: int = 1):  # progress of one stage, offset into the whole
+        return None if progress is None else (lambda d, t: progress(offset + d * unit, total))
+
+    names = [f"u{i + 1}" for i in range(3)]
+    soup = average_planes(model, soup_in, steps, margin, tuple(f"x({u})" for u in names), "Soup", chunk, phase(0))
+    caso = average_planes(model, caso_in, steps, margin,
+                          tuple("CASO(" + ",".join(r) + ")" for r in rotations(names)), "PICASO-R", chunk,
+                          phase(per_plane))
+    ua, ub = names[pair[0]], names[pair[1]]
+    done = 2 * per_plane
+    soup_line = average_lines(model, soup_lines, line_steps, line_margin, (f"x({ua})", f"x({ub})"), chunk,
+                              phase(done, line_steps))
+    done += n * line_steps
+    caso_line = average_lines(model, caso_lines, line_steps, line_margin, (f"CASO({ua},{ub})", f"CASO({ub},{ua})"),
+                              chunk, phase(done, line_steps))
+    prop4 = [{"layer": l,
+              **{k: float(np.mean([t[l][k] for t in tables])) for k in ("caso_gap", "state_gap", "bound")},
+              "holds": all(t[l]["holds"] for t in tables)} for l in range(len(tables[0]))]
+    return Fig2(soup, caso, soup_line, caso_line, prop4, tuple(pair), n, time.perf_counter() - t0)

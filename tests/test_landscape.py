@@ -177,3 +177,24 @@ def test_prop4_unsquared_bound_per_layer(setup):
         assert r["caso_gap"] <= r["bound"] * (1 + 1e-6)
     table = prop4_table(states)
     assert [r["layer"] for r in table] == list(range(model.config.n_layer)) and all(r["holds"] for r in table)
+
+
+def test_fig2_average_and_summary(setup):
+    from picaso_core.landscape import fig2
+
+    model, states = setup
+    ids = contexts()
+    seen = []
+    one = fig2(model, [(QUERY, CONT, ids, states)], steps=3, line_steps=5, progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1][0] == seen[-1][1] and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    s = one.summary()
+    assert s["soup_loss_at_mean"] == pytest.approx(model.continuation_loss(QUERY, CONT, compose("soup", states)), abs=1e-5)
+    assert s["caso_loss_at_mean"] == pytest.approx(model.continuation_loss(QUERY, CONT, compose("picaso_r", states)), abs=1e-5)
+    assert s["soup_mean_side"] == pytest.approx(np.mean(PlaneGeometry.of(states).sides), rel=1e-9)
+    d = one.to_dict()
+    assert len(d["soup"]["loss"]) == 3 and [m["name"] for m in d["caso"]["marks"]] == ["PICASO-R", "Concat"]
+    two = fig2(model, [(QUERY, CONT, ids, states), ([8, 9, 10], [11, 12], ids[::-1], states[::-1])], steps=3,
+               line_steps=5)
+    assert two.n_samples == 2 and two.soup.n_samples == 2
+    with pytest.raises(ValueError, match="3 contexts"):
+        fig2(model, [(QUERY, CONT, ids[:2], states[:2])], steps=3)

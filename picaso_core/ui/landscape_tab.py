@@ -1,0 +1,278 @@
+"""Loss landscape: the loss over the plane through three states (PICASO fig. 2), the Soup plane of
+the independent states beside the CASO plane of the cyclic orders, a 1-D interpolation and the
+prop. 4 distances per layer.
+
+Handlers are plain functions at the top (tested without a server); `render` lays the tab out. The
+API endpoint `/landscape` returns the grids as plain data beside the figures:
+    Client(url).predict(sample="average", steps=21, api_name="/landscape")
+
+The default view (the average of the first AVERAGE_N corpus samples at 21 x 21, the paper's
+setting) is shown at once: it ships for the demo model (assets/demo_data/landscape_default.json,
+written by scripts/measure_landscape.py and used only when its key, which carries the model's
+fingerprint, matches), else it is computed once at the first page open and kept in the app's cache
+folder next to the state store.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from picaso_core.plots.landscape import line_figure, plane_figure, plane_title, zrange
+from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.resources import Resources
+
+TITLE = "Loss landscape"
+AVERAGE = "average"
+AVERAGE_N = 10  # fig. 2 averages 10 samples
+K = 3  # contexts per sample: fig. 2's planes go through three states
+STEPS, STEPS_MIN, STEPS_MAX = 21, 5, 41
+MARGIN = 0.25
+PAIRS = {"u2-u3": (1, 2), "u1-u2": (0, 1), "u1-u3": (0, 2)}  # 0-based; u3 is the most relevant (last)
+EXAMPLES_SHOWN = 200
+SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "demo_data" / "landscape_default.json"
+CACHE_VERSION = "landscape/1"
+EXPLAIN = (
+    "**Left:** the loss over the plane through the three retrieved contexts' own states x(u₁), x(u₂), "
+    "x(u₃); their mean (★) is **Soup**. **Right:** the plane through the three CASO states of the "
+    "cyclic orders; their mean (★) is **PICASO-R**. Both use one colour scale and the axes are "
+    "distances in state space. Look at the size of the dashed triangles and the colour under each ★: "
+    "PICASO's claim (sec. 4, prop. 4) is that CASO states sit closer together, where the loss is "
+    "nearly linear, so their mean loses little. ◆ is Concat's state projected onto each plane."
+)
+
+_lock = threading.Lock()
+_memo: dict[str, dict] = {}
+
+
+# ---- handlers: plain functions --------------------------------------------------------------
+def sample_choices(res: Resources) -> list[tuple[str, str]]:
+    first = [(f"Average of the first {min(AVERAGE_N, len(res.corpus.samples))} samples (paper fig. 2)", AVERAGE)]
+    return first + [(f"{s.sample_id} · {_clip(s.query, 70)}", s.sample_id)
+                    for s in res.corpus.samples[:EXAMPLES_SHOWN]]
+
+
+def load_samples(res: Resources, sample_ids: list[str]) -> list[tuple]:
+    """(query_ids, continuation_ids, context_ids, context_states) per sample: its top-K retrieved
+    contexts, most relevant last (as Compose & compare retrieves them), states from the store."""
+    by_id = {s.sample_id: s for s in res.corpus.samples}
+    tok = res.model.tokenizer
+    out = []
+    for sid in sample_ids:
+        if sid not in by_id:
+            raise gr.Error(f"no sample {sid!r} in corpus {res.corpus.name}: pick one from the list")
+        s = by_id[sid]
+        if not s.continuation:
+            raise gr.Error(f"sample {sid!r} has no continuation to score: pick another")
+        hits = res.retriever.retrieve(s.query, K, exclude=s.exclude_ids, best_last=True)
+        if len(hits) < K:
+            raise gr.Error(f"the corpus has fewer than {K} contexts to retrieve: a plane needs three states")
+        ids = [cid for cid, _ in hits]
+        out.append((tok.encode(s.query), tok.encode(s.continuation), [res.token_ids(c) for c in ids], res.states(ids)))
+    return out
+
+
+def average_ids(res: Resources) -> list[str]:
+    return [s.sample_id for s in res.corpus.samples[:AVERAGE_N]]
+
+
+def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str = "u2-u3",
+            progress=lambda *a, **kw: None) -> dict:
+    """Fig. 2 for one sample or the average: Fig2.to_dict() plus the sample ids and context ids."""
+    from picaso_core.landscape import fig2
+
+    steps = _check(sample, steps, pair)
+    ids = average_ids(res) if sample == AVERAGE else [sample]
+    progress(0.0, desc=f"retrieving and loading the states of {len(ids)} sample(s)")
+    samples = load_samples(res, ids)
+    report = lambda d, t: progress(d / t, desc=f"scoring states {d}/{t}")  # noqa: E731
+    try:
+        out = fig2(res.model, samples, steps=steps, margin=MARGIN, pair=PAIRS[pair], progress=report).to_dict()
+    except ValueError as e:  # degenerate anchors (e.g. the same context retrieved twice): say so
+        raise gr.Error(f"{e}") from None
+    out.update(sample=sample, sample_ids=ids, steps=steps, pair=pair, model=res.model_name,
+               key=cache_key(res, steps, pair) if sample == AVERAGE else None)
+    return out
+
+
+def cache_key(res: Resources, steps: int = STEPS, pair: str = "u2-u3") -> str:
+    c = res.corpus
+    return f"{CACHE_VERSION}|{c.name}/{c.split}|{res.model.fingerprint()}|n{len(average_ids(res))}|s{steps}|m{MARGIN}|{pair}"
+
+
+def _cache_file(res: Resources) -> Path:
+    return Path(res.store.folder).parent / "landscape" / (Path(res.store.folder).name + ".json")
+
+
+def default_result(res: Resources, progress=lambda *a, **kw: None) -> dict:
+    """The default view: shipped (demo model), else cached, else computed once and cached."""
+    key = cache_key(res)
+    if key in _memo:
+        return _memo[key]
+    with _lock:  # one computation, whoever opens the page first
+        if key in _memo:
+            return _memo[key]
+        for path in (SHIPPED, _cache_file(res)):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if data.get("key") == key:
+                _memo[key] = data
+                return data
+        data = compute(res, AVERAGE, STEPS, "u2-u3", progress)
+        path = _cache_file(res)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+        _memo[key] = data
+        return data
+
+
+def _check(sample: str, steps, pair: str) -> int:
+    try:
+        steps = int(steps)
+    except (TypeError, ValueError):
+        raise gr.Error(f"grid steps must be a whole number between {STEPS_MIN} and {STEPS_MAX}") from None
+    if not STEPS_MIN <= steps <= STEPS_MAX:
+        raise gr.Error(f"grid steps = {steps} is out of range: use {STEPS_MIN} to {STEPS_MAX} (21 is the default)")
+    if pair not in PAIRS:
+        raise gr.Error(f"pair {pair!r} is not one of {', '.join(PAIRS)}")
+    if not sample:
+        raise gr.Error("pick a sample, or the average")
+    return steps
+
+
+# ---- formatting -----------------------------------------------------------------------------
+def summary_md(d: dict) -> str:
+    s = d["summary"]
+    smaller = s["soup_mean_side"] / s["caso_mean_side"] if s["caso_mean_side"] else float("inf")
+    gain = s["mean_loss_gain"]
+    what = f"the average of {d['n_samples']} samples" if d["n_samples"] > 1 else f"sample {d['sample_ids'][0]}"
+    lines = [
+        f"On {what}: the **CASO triangle is {smaller:.2f}× {'smaller' if smaller >= 1 else 'larger'}** than Soup's "
+        f"(mean side {s['caso_mean_side']:.3g} vs {s['soup_mean_side']:.3g} in state space), and the loss at "
+        f"its mean, **PICASO-R, is {s['caso_loss_at_mean']:.3f}** vs **{s['soup_loss_at_mean']:.3f} at Soup** "
+        f"({'lower' if gain > 0 else 'higher'} by {abs(gain):.3f} nats/token).",
+        f"Mean loss at the anchors: {s['soup_anchor_loss']:.3f} (independent states) and "
+        f"{s['caso_anchor_loss']:.3f} (CASO states).",
+    ]
+    if "concat_loss" in s:
+        lines.append(f"Concat's state: loss {s['concat_loss']:.3f}; it lies {s['concat_off_soup_plane']:.3g} "
+                     f"off the Soup plane and {s['concat_off_caso_plane']:.3g} off the CASO plane.")
+    lines.append(f"<small>{d['steps']}×{d['steps']} grid per plane, computed in {d['seconds']:.1f} s.</small>")
+    return "  \n".join(lines)
+
+
+def prop4_frame(d: dict) -> pd.DataFrame:
+    rows = [{
+        "Layer": r["layer"],
+        "‖x(u) − x(u′)‖": round(r["state_gap"], 4),
+        "‖CASO(u,u′) − CASO(u′,u)‖": round(r["caso_gap"], 4),
+        "CASO / independent": round(r["caso_gap"] / r["state_gap"], 3) if r["state_gap"] else None,
+        "bound ‖(I−A(u′))x(u)‖ + ‖(I−A(u))x(u′)‖": round(r["bound"], 4),
+        "bound holds": "yes" if r["holds"] else "NO",
+    } for r in d["prop4"]]
+    return pd.DataFrame(rows)
+
+
+def figures(d: dict, view: str = "contour"):
+    view = (view or "contour").lower()
+    z = zrange(d["soup"], d["caso"])
+    soup = plane_figure(d["soup"], plane_title(d["soup"], "Soup plane: the independent states"), view, z, showscale=False)
+    caso = plane_figure(d["caso"], plane_title(d["caso"], "CASO plane: the CASO states of the cyclic orders"), view, z)
+    return soup, caso, line_figure(d["soup_line"], d["caso_line"])
+
+
+def code(d: dict, view: str) -> tuple[str, str]:
+    ids = d["sample_ids"]
+    py = (
+        "from picaso_core.ui.resources import load_resources\n"
+        "from picaso_core.ui.landscape_tab import load_samples\n"
+        "from picaso_core.landscape import fig2\n"
+        "from picaso_core.plots.landscape import plane_figure\n\n"
+        f"res = load_resources({d.get('model', 'demo')!r})\n"
+        f"samples = load_samples(res, {ids!r})  # top-{K} retrieved contexts each, most relevant last\n"
+        f"result = fig2(res.model, samples, steps={d['steps']}, margin={MARGIN}, pair={tuple(d['pair'])})\n"
+        "print(result.summary())\n"
+        "data = result.to_dict()\n"
+        f"plane_figure(data['caso'], 'CASO plane', view={view.lower()!r}).show()\n"
+    )
+    return py, client_snippet("/landscape", sample=d["sample"], steps=d["steps"], pair=d["pair"], view=view.lower())
+
+
+def outputs(d: dict, view: str = "contour"):
+    soup, caso, ln = figures(d, view)
+    py, cl = code(d, view)
+    return summary_md(d), soup, caso, ln, prop4_frame(d), d, py, cl
+
+
+def landscape(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str = "u2-u3",
+              view: str = "contour", progress=lambda *a, **kw: None):
+    """The /landscape handler: every output of the tab. The default settings come from the cache."""
+    view = (view or "contour").lower()
+    if view not in ("contour", "surface"):
+        raise gr.Error(f"view must be 'contour' or 'surface', got {view!r}")
+    steps = _check(sample, steps, pair)
+    if sample == AVERAGE and steps == STEPS and pair == "u2-u3":
+        d = default_result(res, progress)
+    else:
+        d = compute(res, sample, steps, pair, progress)
+    return outputs(d, view)
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# ---- layout ---------------------------------------------------------------------------------
+def render(res: Resources) -> None:
+    gr.Markdown(EXPLAIN)
+    with gr.Row(equal_height=False):
+        sample = gr.Dropdown(sample_choices(res), value=AVERAGE, label="Sample", scale=3, elem_id="landscape-sample",
+                             info=f"the top-{K} retrieved contexts of a corpus sample, or the average (a few minutes on a CPU)")
+        steps = gr.Slider(STEPS_MIN, STEPS_MAX, value=STEPS, step=2, label="Grid steps per axis", scale=1,
+                          info="steps² loss evaluations per plane")
+        pair = gr.Dropdown([("u₂ and u₃ (the two most relevant)", "u2-u3"), ("u₁ and u₂", "u1-u2"),
+                            ("u₁ and u₃", "u1-u3")], value="u2-u3", label="Pair for the 1-D plot and prop. 4", scale=1)
+        view = gr.Radio(["contour", "surface"], value="contour", label="View", scale=1)
+    run = gr.Button("Compute landscape", variant="primary", elem_id="landscape-run")
+    summary = gr.Markdown(label="Finding", elem_id="landscape-summary")
+    with gr.Row():
+        soup_plot = gr.Plot(label="Soup plane", elem_id="landscape-soup")
+        caso_plot = gr.Plot(label="CASO plane", elem_id="landscape-caso")
+    line_plot = gr.Plot(label="1-D interpolation", elem_id="landscape-line")
+    gr.Markdown("#### Prop. 4 per layer: distance between the two CASO orders vs between the independent states")
+    table = gr.Dataframe(label="Prop. 4 distances (mean over the sample's 3 pairs of contexts)", interactive=False,
+                         elem_id="landscape-distances")
+    gr.Markdown("The paper prints the bound with every norm squared; that form does not hold in general "
+                "(tests/test_compose.py), the unsquared one (the triangle inequality) does. Prop. 4 is "
+                "exact for one SSM layer; the model stacks several.", elem_classes="px-note")
+    with gr.Accordion("Grid data (JSON)", open=False):
+        data = gr.JSON(label="Landscape data")
+    py, cl = show_code()
+    outs = [summary, soup_plot, caso_plot, line_plot, table, data, py, cl]
+
+    def landscape_endpoint(sample, steps, pair, view, progress=gr.Progress()):
+        """Loss over the Soup and CASO planes (PICASO fig. 2) for a sample or the average of 10."""
+        return landscape(res, sample, steps, pair, view, progress)
+
+    def show_default(progress=gr.Progress()):
+        return outputs(default_result(res, progress))
+
+    def rerender(view, d):
+        if not d:
+            return gr.skip(), gr.skip()
+        soup, caso, _ = figures(d, view)
+        return soup, caso
+
+    gr.on(None, show_default, [], outs, api_visibility="private", concurrency_limit=1, concurrency_id="landscape")
+    run.click(landscape_endpoint, [sample, steps, pair, view], outs, api_name="landscape",
+              concurrency_limit=1, concurrency_id="landscape")
+    view.change(rerender, [view, data], [soup_plot, caso_plot], api_visibility="private")

@@ -1,0 +1,47 @@
+"""Headless Chromium: the Loss landscape tab shows its default view (both planes drawn) on opening,
+and a run on one sample redraws both planes. Skips without chromium / chromedriver / selenium.
+Leaves a screenshot at $PICASO_SCREENSHOT_LANDSCAPE (default: <tmp>/picaso_landscape.png)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
+from test_browser import browser  # noqa: F401
+
+
+def _plots_drawn(d):
+    from selenium.webdriver.common.by import By
+
+    return all(d.find_elements(By.CSS_SELECTOR, f"#{eid} .js-plotly-plot") for eid in ("landscape-soup", "landscape-caso"))
+
+
+def test_landscape_tab_draws_both_planes(browser, app_url):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(app_url)
+    wait = WebDriverWait(browser, 120)
+    tab = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[@role='tab' and contains(., 'Loss landscape')]")))
+    tab.click()
+    wait.until(EC.element_to_be_clickable((By.ID, "landscape-run")))
+    wait.until(_plots_drawn)  # the default view arrives without a click
+    summary = browser.find_element(By.ID, "landscape-summary")
+    assert "CASO triangle" in summary.text and "average of" in summary.text
+    # one sample: pick it, run, and wait until the summary names it
+    browser.find_element(By.CSS_SELECTOR, "#landscape-sample input").click()
+    wait.until(EC.element_to_be_clickable(
+        (By.CSS_SELECTOR, "[data-testid=dropdown-option][aria-label^='q-velmora']"))).click()
+    browser.find_element(By.ID, "landscape-run").click()
+    wait.until(lambda d: "sample q-velmora" in d.find_element(By.ID, "landscape-summary").text)
+    wait.until(_plots_drawn)
+    for eid in ("landscape-soup", "landscape-caso"):
+        # the contour and the marks are drawn (plotly's SVG layers)
+        assert browser.find_elements(By.CSS_SELECTOR, f"#{eid} .js-plotly-plot .contourlayer, #{eid} .js-plotly-plot .hm")
+        assert browser.find_elements(By.CSS_SELECTOR, f"#{eid} .js-plotly-plot .scatterlayer .point")
+    assert browser.find_elements(By.CSS_SELECTOR, "#landscape-line .js-plotly-plot")
+    shot = os.environ.get("PICASO_SCREENSHOT_LANDSCAPE", str(Path(tempfile.gettempdir()) / "picaso_landscape.png"))
+    browser.save_screenshot(shot)
