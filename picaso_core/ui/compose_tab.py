@@ -100,7 +100,10 @@ def choose_contexts(
     else:
         if not 1 <= k <= min(K_MAX, len(res.database)):
             raise gr.Error(f"k = {k} is out of range: retrieve between 1 and {min(K_MAX, len(res.database))} contexts")
-        hits = res.retriever.retrieve(query, k, exclude=sample.exclude_ids if sample else (), best_last=most_relevant_last)
+        from picaso_core.experiments import own_passages  # a QA example (MS MARCO) ranks only its own passages
+        hits = (own_passages(res.retriever, query, sample.context_ids, k, best_last=most_relevant_last)
+                if sample is not None and sample.kind == "qa" and sample.contexts else
+                res.retriever.retrieve(query, k, exclude=sample.exclude_ids if sample else (), best_last=most_relevant_last))
     return [Context(cid, res.text(cid), res.num_tokens(cid), score, cid in gold) for cid, score in hits]
 
 
