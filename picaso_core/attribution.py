@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from picaso_core.compose import composition_weights, compose_tokens
+from picaso_core.compose import composition_weights
 from picaso_core.state import ContextState
 
 STATE_METHODS = ("soup", "caso", "picaso_s", "picaso_r")  # composed from the stored states
@@ -113,15 +113,17 @@ def _subset_sum(W: Tensor, xs: Sequence[Tensor]) -> Tensor:
 def _token_subset_states(model, method: str, states, context_ids, masks: Tensor) -> list[ContextState]:
     """States of the subsets by processing tokens. concat: the kept contexts' concatenation, started
     from the first kept context's stored state (paper sec. 6.2), all rows in one ragged batched
-    forward; picconcat_r: compose_tokens per subset (its n rotations batched)."""
+    forward; picconcat_r: compose_tokens' mean over the rotations of each subset, every rotation
+    of every subset in one ragged `encode_contexts` call."""
     out: list[ContextState | None] = [None] * masks.shape[0]
-    rows = []
+    rows, rotations = [], []
     for r, row in enumerate(masks.tolist()):
         kept = [i for i, keep in enumerate(row) if keep]
         if not kept:
             out[r] = model.empty_state()
         elif method == "picconcat_r":
-            out[r] = compose_tokens(model, [context_ids[i] for i in kept], "picconcat_r")
+            parts = [context_ids[i] for i in kept]
+            rotations += [(r, [t for c in parts[j:] + parts[:j] for t in c]) for j in range(len(parts))]
         else:
             rest = [t for i in kept[1:] for t in context_ids[i]]
             if rest:
@@ -138,6 +140,12 @@ def _token_subset_states(model, method: str, states, context_ids, masks: Tensor)
             _, st = model.hidden_states(ids, first, lengths)
         for j, (r, _, _) in enumerate(rows):
             out[r] = st[j]
+    if rotations:
+        encoded = model.encode_contexts([ids for _, ids in rotations], batch_size=64)
+        for r in dict.fromkeys(r for r, _ in rotations):
+            rot = ContextState.stack([e for (rr, _), e in zip(rotations, encoded) if rr == r])
+            out[r] = ContextState(ssm=rot.ssm.mean(0), conv=rot.conv.mean(0), log_decay=rot.log_decay.mean(0),
+                                  num_tokens=int(rot.num_tokens[0]))  # as compose_tokens("picconcat_r")
     return out
 
 
@@ -156,7 +164,7 @@ def token_nll(model, query_ids, answer_ids, state: ContextState) -> Tensor:
 
 
 def subset_token_losses(model, query_ids, answer_ids, states: Sequence[ContextState], method: str, masks,
-                        context_ids=None, batch_size: int = 16) -> np.ndarray:
+                        context_ids=None, batch_size: int = 32) -> np.ndarray:
     """Per-token answer NLL from the state `method` builds from each subset: masks [m, n] -> [m, T_a].
 
     State methods compose `batch_size` subsets at a time from the stored states (no context is
@@ -178,7 +186,7 @@ def subset_token_losses(model, query_ids, answer_ids, states: Sequence[ContextSt
 # --------------------------------------------------------------------------------------------
 # Leave-one-in, leave-one-out
 # --------------------------------------------------------------------------------------------
-def leave_one_in(model, query_ids, answer_ids, states: Sequence[ContextState], batch_size: int = 16) -> list[float]:
+def leave_one_in(model, query_ids, answer_ids, states: Sequence[ContextState], batch_size: int = 32) -> list[float]:
     """LOI_i = L(x(u_i)): the answer's mean NLL per token from each context's state alone (paper
     appendix C). The LOWEST is the most relevant. One batched forward per `batch_size` states."""
     _check(query_ids, answer_ids, states, "soup", None, STATE_METHODS)
@@ -214,7 +222,7 @@ class LeaveOneOut:
 
 
 def leave_one_out_tokens(model, query_ids, answer_ids, states: Sequence[ContextState], method: str,
-                         context_ids=None, batch_size: int = 16) -> LeaveOneOut:
+                         context_ids=None, batch_size: int = 32) -> LeaveOneOut:
     """Leave-one-out per answer token: the full set and the n sets without one context, scored
     together (rows of one mask matrix: all ones, then the identity's complement)."""
     t0 = time.perf_counter()
@@ -226,7 +234,7 @@ def leave_one_out_tokens(model, query_ids, answer_ids, states: Sequence[ContextS
 
 
 def leave_one_out(model, query_ids, answer_ids, states: Sequence[ContextState], method: str,
-                  context_ids=None, batch_size: int = 16) -> list[float]:
+                  context_ids=None, batch_size: int = 32) -> list[float]:
     """LOO_i = L(x̂(S without i)) - L(x̂(S)) with `method` (paper appendix C); higher = more important.
 
     Args:
@@ -248,7 +256,7 @@ class SurrogateResult:
     weights: list[float]  # nats of answer loss per kept context; NEGATIVE = the context supports the answer
     intercept: float  # predicted loss with no context kept
     lds: float  # Spearman(prediction, actual loss) on held-out masks (linear datamodeling score)
-    alpha: float
+    alpha: float  # the L1 penalty used
     masks: np.ndarray  # [n_ablations, n] the fitted masks (0/1)
     losses: np.ndarray  # [n_ablations] their actual losses
     heldout_masks: np.ndarray  # [n_heldout, n]
@@ -267,13 +275,19 @@ def ablation_masks(n: int, count: int, keep: float, rng: np.random.Generator) ->
     return (rng.random((count, n)) < keep).astype(np.int8)
 
 
-def fit_surrogate(masks, losses, heldout_masks, heldout_losses, alpha: float = 0.01) -> SurrogateResult:
-    """Fit sklearn's Lasso of `losses` on `masks` and score it on the held-out masks (LDS)."""
+def fit_surrogate(masks, losses, heldout_masks, heldout_losses, alpha: float | None = None) -> SurrogateResult:
+    """Fit sklearn's Lasso of `losses` on `masks` and score it on the held-out masks (LDS).
+
+    alpha: the L1 penalty; None: 0.01 x the standard deviation of the losses, so that the fit does
+    not depend on the scale of the losses (a LASSO's weights scale with y when alpha does): a
+    trained model's contexts move the loss by nats, a random model's by thousandths."""
     from scipy.stats import spearmanr
     from sklearn.linear_model import Lasso
 
     X, y = np.asarray(masks, dtype=np.float64), np.asarray(losses, dtype=np.float64)
     Xh, yh = np.asarray(heldout_masks, dtype=np.float64), np.asarray(heldout_losses, dtype=np.float64)
+    if alpha is None:
+        alpha = 0.01 * float(y.std()) or 1e-6
     fit = Lasso(alpha=alpha, fit_intercept=True, max_iter=10_000).fit(X, y)
     pred = fit.predict(Xh) if len(Xh) else np.zeros(0)
     lds = float(spearmanr(pred, yh).statistic) if len(Xh) > 2 and np.ptp(pred) > 0 and np.ptp(yh) > 0 else math.nan
@@ -282,7 +296,7 @@ def fit_surrogate(masks, losses, heldout_masks, heldout_losses, alpha: float = 0
 
 
 def ablation_surrogate(score: Callable[[np.ndarray], np.ndarray], n: int, n_ablations: int = 64, keep: float = 0.5,
-                       seed: int = 0, n_heldout: int | None = None, alpha: float = 0.01) -> SurrogateResult:
+                       seed: int = 0, n_heldout: int | None = None, alpha: float | None = None) -> SurrogateResult:
     """The surrogate for any scorer: `score(masks [m, n]) -> losses [m]` is called once on all masks
     (fitted + held-out); deterministic per `seed`. n_heldout: default max(8, n_ablations // 4)."""
     if n < 1:
@@ -300,7 +314,7 @@ def ablation_surrogate(score: Callable[[np.ndarray], np.ndarray], n: int, n_abla
 
 def surrogate(model, query_ids, answer_ids, states: Sequence[ContextState], method: str = "picaso_r",
               n_ablations: int = 64, keep: float = 0.5, seed: int = 0, n_heldout: int | None = None,
-              alpha: float = 0.01, context_ids=None, batch_size: int = 16) -> SurrogateResult:
+              alpha: float | None = None, context_ids=None, batch_size: int = 32) -> SurrogateResult:
     """ContextCite's ablation surrogate with every ablation composed from the stored states.
 
     Draws `n_ablations` (+ `n_heldout`) random keep-masks, builds each kept subset's state with
@@ -366,8 +380,6 @@ def attribution_precision(model, samples, methods: Sequence[str] = ("loi",) + LO
     Returns: PrecisionResult, with the Spearman correlation of each method's scores with
         Concat-LOO's per sample (LOI negated: lower loss = more important), averaged over samples
         where both vary."""
-    from scipy.stats import spearmanr
-
     methods = tuple(methods)
     bad = [m for m in methods if m not in ("loi", "surrogate") + LOO_METHODS]
     if bad or not methods:
@@ -380,10 +392,6 @@ def attribution_precision(model, samples, methods: Sequence[str] = ("loi",) + LO
     ids_of = lambda x: [int(t) for t in x] if not isinstance(x, str) else enc(x)  # noqa: E731
     cache_ids: dict[str, list[int]] = {}
     cache_states: dict[str, ContextState] = {}
-    hits = {m: 0 for m in methods}
-    secs = {m: 0.0 for m in methods}
-    rhos: dict[str, list[float]] = {m: [] for m in methods}
-    agree: dict[str, int] = {m: 0 for m in methods}
     records = []
     for j, s in enumerate(samples):
         cids = [cid for cid, _ in s.contexts]
@@ -396,7 +404,7 @@ def attribution_precision(model, samples, methods: Sequence[str] = ("loi",) + LO
             cache_states.update(zip(new, got))
         states, ctx_ids = [cache_states[c] for c in cids], [cache_ids[c] for c in cids]
         q, a = ids_of(s.query), ids_of(s.continuation)
-        scores = {}
+        scores, seconds = {}, {}
         for m in methods:
             t0 = time.perf_counter()
             if m == "loi":
@@ -405,28 +413,32 @@ def attribution_precision(model, samples, methods: Sequence[str] = ("loi",) + LO
                 scores[m] = surrogate(model, q, a, states, context_ids=ctx_ids, **(surrogate_kw or {})).scores
             else:
                 scores[m] = leave_one_out(model, q, a, states, m, context_ids=ctx_ids)
-            secs[m] += time.perf_counter() - t0
-            hits[m] += cids[int(np.argmax(scores[m]))] in s.gold_ids
-        if "concat" in scores:
-            ref = scores["concat"]
-            for m in methods:
-                agree[m] += int(np.argmax(scores[m])) == int(np.argmax(ref))
-                if len(ref) > 1 and np.ptp(ref) > 0 and np.ptp(scores[m]) > 0:
-                    rhos[m].append(float(spearmanr(scores[m], ref).statistic))
+            seconds[m] = time.perf_counter() - t0
         records.append({"sample_id": s.sample_id, "context_ids": cids, "gold_ids": list(s.gold_ids),
-                        "scores": scores})
+                        "scores": scores, "seconds": seconds})
         if progress is not None:
             progress(j + 1, len(samples))
-    n = len(samples)
-    has_ref = "concat" in methods
-    return PrecisionResult(
-        methods,
-        {m: hits[m] / n for m in methods},
-        {m: float(np.mean(rhos[m])) if rhos[m] else math.nan for m in methods} if has_ref else {},
-        {m: agree[m] / n for m in methods} if has_ref else {},
-        {m: secs[m] / n for m in methods},
-        records,
-    )
+    return summarize_precision(records, methods)
+
+
+def summarize_precision(records: list[dict], methods: Sequence[str]) -> PrecisionResult:
+    """PrecisionResult from per-sample records ({context_ids, gold_ids, scores, seconds}), e.g. the
+    records of several runs joined."""
+    from scipy.stats import spearmanr
+
+    methods = tuple(methods)
+    n = max(1, len(records))
+    top = lambda r, m: r["context_ids"][int(np.argmax(r["scores"][m]))]  # noqa: E731
+    precision = {m: sum(top(r, m) in r["gold_ids"] for r in records) / n for m in methods}
+    seconds = {m: sum(r["seconds"][m] for r in records) / n for m in methods}
+    rho, agree = {}, {}
+    if "concat" in methods:
+        for m in methods:
+            agree[m] = sum(top(r, m) == top(r, "concat") for r in records) / n
+            vals = [float(spearmanr(r["scores"][m], r["scores"]["concat"]).statistic) for r in records
+                    if len(r["context_ids"]) > 1 and np.ptp(r["scores"][m]) > 0 and np.ptp(r["scores"]["concat"]) > 0]
+            rho[m] = float(np.mean(vals)) if vals else math.nan
+    return PrecisionResult(methods, precision, rho, agree, seconds, records)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import load_model  # noqa: E402
-from picaso_core.attribution import LOO_METHODS, PAPER_TABLE4, attribution_precision  # noqa: E402
+from picaso_core.attribution import LOO_METHODS, PAPER_TABLE4, attribution_precision, summarize_precision  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.loading import DEMO_MODEL_DIR  # noqa: E402
 from picaso_core.ui.resources import CONTEXT_SUFFIX  # noqa: E402
@@ -44,6 +44,10 @@ def main() -> None:
     ap.add_argument("--no-card", action="store_true", help="print only; do not write the card section")
     ap.add_argument("--json", default=None, help="also write every per-sample score here")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--methods", default=None, help="comma-separated subset of: loi," + ",".join(LOO_METHODS)
+                    + ",surrogate (default: all)")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="stop after this many minutes and report the samples done (they are taken in order)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from tqdm import tqdm
@@ -52,12 +56,20 @@ def main() -> None:
     corpus = load_corpus(args.corpus, args.split, kind="qa") if args.corpus in ("demo", "msmarco") \
         else load_corpus(args.corpus, args.split)
     samples = [s for s in corpus.samples if s.gold_ids][: args.samples]
-    methods = ("loi",) + LOO_METHODS + (() if args.no_surrogate else ("surrogate",))
+    methods = tuple(args.methods.split(",")) if args.methods else \
+        ("loi",) + LOO_METHODS + (() if args.no_surrogate else ("surrogate",))
     bar = tqdm(total=len(samples), desc="attribution precision", unit="sample")
     t0 = time.perf_counter()
-    res = attribution_precision(model, samples, methods, context_suffix=CONTEXT_SUFFIX,
-                                progress=lambda i, n: bar.update(1), surrogate_kw=dict(n_ablations=64, seed=0))
+    records = []
+    for i in range(0, len(samples), 5):  # 5 samples at a time, so that --minutes can stop between them
+        part = attribution_precision(model, samples[i:i + 5], methods, context_suffix=CONTEXT_SUFFIX,
+                                     progress=lambda i, n: bar.update(1), surrogate_kw=dict(n_ablations=64, seed=0))
+        records += part.records
+        if args.minutes is not None and time.perf_counter() - t0 > 60 * args.minutes:
+            break
     bar.close()
+    res = summarize_precision(records, methods)
+    samples = samples[: len(records)]
     minutes = (time.perf_counter() - t0) / 60
     chance = sum(len(s.gold_ids) / len(s.contexts) for s in samples) / len(samples)
     ns = sorted({len(s.contexts) for s in samples})
@@ -69,7 +81,8 @@ def main() -> None:
     verdict = ("at least as precise as" if pr >= pc else "less precise than") if pr is not None and pc is not None else "?"
     cmd = "python scripts/measure_attribution.py" + (f" --model {args.model}" if args.model != "demo" else "") + \
         (f" --corpus {args.corpus} --split {args.split}" if args.corpus != "demo" else "") + \
-        (f" --samples {args.samples}" if args.samples != 200 else "")
+        (f" --samples {args.samples}" if args.samples != 200 else "") + \
+        (f" --methods {args.methods}" if args.methods else "") + (f" --minutes {args.minutes:g}" if args.minutes else "")
     text = (
         f"## Attribution (PICASO appendix C, table 4)\n\n"
         f"`{cmd}` ({minutes:.1f} min on one CPU thread): {len(samples)} held-out {corpus.name}/{corpus.split} QA "

@@ -1,0 +1,388 @@
+"""Attribution: which retrieved context does an answer rest on? Leave-one-in and leave-one-out with
+every composition method, an ablation surrogate, and precision on labelled samples (PICASO
+appendix C, table 4).
+
+Handlers are plain functions at the top (tested without a server); `render` lays the tab out. The
+API endpoint `/attribute` takes `query` (required) and optional answer, k, contexts, methods:
+    Client(url).predict(query="Question: ...\\nAnswer:", answer=" ...", api_name="/attribute")
+and returns the scores as plain data (its last output).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+
+import gradio as gr
+import pandas as pd
+
+from picaso_core.plots import attribution as plots
+from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.resources import Resources
+
+TITLE = "Attribution"
+MAX_CONTEXTS = 10  # the app's context limit: at most this many contexts per attribution request
+MAX_ANSWER_TOKENS = 64
+PRECISION_MAX_SAMPLES = 200
+METHODS = ("loi", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r", "surrogate")
+NAMES = {"loi": "LOI", "concat": "Concat-LOO", "soup": "Soup-LOO", "caso": "CASO-LOO", "picaso_s": "PICASO-S-LOO",
+         "picaso_r": "PICASO-R-LOO", "picconcat_r": "PICConcat-R-LOO", "surrogate": "Surrogate (PICASO-R)"}
+DESCRIBE = {
+    "loi": "leave-one-in: each context's state alone; score = loss drop from the empty state",
+    "concat": "leave-one-out, each subset's tokens re-processed in order (the costly reference)",
+    "soup": "leave-one-out, mean of the other stored states",
+    "caso": "leave-one-out, CASO of the other stored states (order kept)",
+    "picaso_s": "leave-one-out, PICASO-S of the other stored states (all orders)",
+    "picaso_r": "leave-one-out, PICASO-R of the other stored states (rotations)",
+    "picconcat_r": "leave-one-out, rotations of each subset's concatenation re-processed",
+    "surrogate": "ContextCite-style: LASSO over 64 random subsets composed with PICASO-R; score = -weight",
+}
+INTRO = (
+    "**Which context does the answer rest on?** Leave a context out and see how much the answer's loss "
+    "rises. With a database of states, leaving one out costs a weighted sum of the other stored states "
+    "(no context re-read), where Concat re-processes the text for every subset. **Look at:** whether the "
+    "gold bar (★) is the top one for each method, and the times in the panel titles."
+)
+PAPER_NOTE = ("Paper (table 4): MS MARCO, Mamba2-2.7B, precision of the top-scored passage. LOI 0.699, "
+              "Concat 0.690, Soup 0.629, CASO 0.725, PICASO-R 0.732, PICASO-S 0.731.")
+TOKEN_METHOD = "picaso_r"
+_QA_CACHE: dict[int, list] = {}
+
+
+# ---- handlers: plain functions --------------------------------------------------------------
+def qa_samples(res: Resources) -> list:
+    """Labelled examples (a gold context id) whose contexts are all in the app's database: the demo's
+    QA split (MS MARCO shape) for the demo corpus, else the corpus's own samples with gold ids."""
+    key = id(res)
+    if key not in _QA_CACHE:
+        samples = list(res.corpus.samples)
+        if res.corpus.name == "demo":
+            from picaso_core.data import load_corpus
+
+            samples = load_corpus("demo", res.corpus.split, kind="qa").samples
+        _QA_CACHE[key] = [s for s in samples if s.gold_ids and s.contexts
+                          and all(cid in res.database for cid in s.context_ids)]
+    return _QA_CACHE[key]
+
+
+def example_choices(res: Resources) -> list[tuple[str, str]]:
+    return [(f"{s.sample_id} · {_clip(s.query.replace(chr(10), ' '), 70)}", s.sample_id) for s in qa_samples(res)]
+
+
+def context_choices(res: Resources) -> list[tuple[str, str]]:
+    return [(f"{cid} · {_clip(text, 60)}", cid) for cid, text in res.database.items()]
+
+
+def pick_example(res: Resources, sample_id: str | None) -> tuple[str, str, list[str]]:
+    """Query, answer and the example's own candidate contexts (in the corpus's order)."""
+    if not sample_id:
+        return "", "", []
+    s = _sample(res, sample_id)
+    return s.query, s.continuation, list(s.context_ids)
+
+
+def choose_contexts(res: Resources, query: str, k: int, picked: list[str] | None) -> list[str]:
+    """Hand-picked ids in their order, else the top-k retrieved, most relevant last. Refuses none,
+    unknown ids, more than MAX_CONTEXTS, and more than res.max_tokens context tokens in total."""
+    if not query or not query.strip():
+        raise gr.Error("Type a query, or pick an example from the corpus.")
+    if picked:
+        unknown = [c for c in picked if c not in res.database]
+        if unknown:
+            raise gr.Error(f"unknown context ids {unknown[:5]}: pick them from the list")
+        if len(set(picked)) != len(picked):
+            raise gr.Error("a context is picked twice: pick each once")
+        ids = list(picked)
+    else:
+        k = int(k)
+        if k < 1:
+            raise gr.Error("no contexts: retrieve at least k = 1, or pick contexts by hand")
+        if k > MAX_CONTEXTS:
+            raise gr.Error(f"k = {k} is above this app's limit of {MAX_CONTEXTS} contexts: lower k")
+        ids = [cid for cid, _ in res.retriever.retrieve(query, min(k, len(res.database)), best_last=True)]
+    if not ids:
+        raise gr.Error("no contexts: retrieve at least k = 1, or pick contexts by hand")
+    if len(ids) > MAX_CONTEXTS:
+        raise gr.Error(f"{len(ids)} contexts picked; this app attributes at most {MAX_CONTEXTS}: pick fewer")
+    total = sum(res.num_tokens(c) for c in ids)
+    if total > res.max_tokens:
+        raise gr.Error(f"The {len(ids)} contexts hold {total} tokens; this app composes at most {res.max_tokens}. "
+                       "Pick fewer or shorter contexts.")
+    return ids
+
+
+def generate_answer(res: Resources, query: str, k: int = 5, picked: list[str] | None = None,
+                    max_new_tokens: int = 24) -> str:
+    """The model's own greedy answer from the PICASO-R composition of the contexts (to attribute it)."""
+    from picaso_core.compose import compose
+
+    ids = choose_contexts(res, query, k, picked)
+    state = compose("picaso_r", res.states(ids))
+    tok = res.model.tokenizer
+    out = tok.decode(res.model.generate(tok.encode(query), state, max_new_tokens=int(max_new_tokens), temperature=0))
+    return out.split("\n")[0] or out  # one line: the demo's answers are one sentence
+
+
+def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, picked: list[str] | None = None,
+                    methods: list[str] | None = None, example: str | None = None,
+                    token_method: str = TOKEN_METHOD, progress=lambda *a, **kw: None) -> dict:
+    """Score every context with each method. Returns plain data (the /attribute JSON):
+    contexts [{id, gold, tokens, text}], answer, answer_source, answer_tokens, scores {method: [n]}
+    (nats per answer token, higher = matters more), top {method: id}, seconds {method: s},
+    losses {all: L(S) per method, none: L(empty)}, surrogate {weights, intercept, lds},
+    token_deltas [n][T] and token_method."""
+    from picaso_core.attribution import (LOO_METHODS, leave_one_in, leave_one_out_tokens, surrogate,
+                                         token_nll)
+
+    methods = list(methods) if methods else list(METHODS)
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise gr.Error(f"unknown methods {bad}: choose from {', '.join(METHODS)}")
+    if token_method not in LOO_METHODS:
+        raise gr.Error(f"token_method must be one of {', '.join(LOO_METHODS)}")
+    progress(0.05, desc="choosing contexts")
+    ids = choose_contexts(res, query, k, picked)
+    source = "given"
+    if not answer or not answer.strip():
+        progress(0.1, desc="generating the model's own answer from the PICASO-R composition")
+        answer, source = generate_answer(res, query, k, ids), "generated (greedy, PICASO-R state)"
+        if not answer.strip():
+            raise gr.Error("The model generated an empty answer: type the answer to attribute.")
+    tok = res.model.tokenizer
+    q, a = tok.encode(query), tok.encode(answer)
+    if not a:
+        raise gr.Error("The answer is empty after tokenising: type an answer to attribute.")
+    if len(a) > MAX_ANSWER_TOKENS:
+        raise gr.Error(f"The answer has {len(a)} tokens; this app scores at most {MAX_ANSWER_TOKENS}. Shorten it.")
+    sample = None
+    if example:
+        s = _sample(res, example)
+        sample = s if s.query == query else None  # edited query: no longer that example
+    gold = set(sample.gold_ids) if sample else set()
+    progress(0.15, desc=f"loading {len(ids)} stored states")
+    states = res.states(ids)
+    ctx_ids = [res.token_ids(c) for c in ids]
+    scores, seconds, full = {}, {}, {}
+    tokens_out = None
+    empty = float(token_nll(res.model, q, a, res.model.empty_state()).mean())
+    for j, m in enumerate(methods):
+        progress(0.2 + 0.75 * j / len(methods), desc=f"{NAMES[m]}")
+        t0 = time.perf_counter()
+        if m == "loi":
+            scores[m] = [empty - x for x in leave_one_in(res.model, q, a, states)]
+        elif m == "surrogate":
+            sur = surrogate(res.model, q, a, states, "picaso_r", n_ablations=64, seed=0)
+            scores[m] = sur.scores
+        else:
+            loo = leave_one_out_tokens(res.model, q, a, states, m, context_ids=ctx_ids)
+            scores[m], full[m] = loo.scores, loo.full_loss
+            if m == token_method:
+                tokens_out = loo.token_deltas.tolist()
+        seconds[m] = time.perf_counter() - t0
+    if tokens_out is None:  # the per-token view was not among the methods: run it
+        tokens_out = leave_one_out_tokens(res.model, q, a, states, token_method, context_ids=ctx_ids).token_deltas.tolist()
+    progress(1.0, desc="done")
+    out = {
+        "query": query, "answer": answer, "answer_source": source,
+        "answer_tokens": [tok.decode([t]) for t in a],
+        "contexts": [{"id": c, "gold": c in gold, "tokens": len(t), "text": res.text(c)} for c, t in zip(ids, ctx_ids)],
+        "methods": methods, "scores": scores,
+        "top": {m: ids[max(range(len(ids)), key=lambda i: s[i])] for m, s in scores.items()},
+        "seconds": seconds, "losses": {"none": empty, "all": full},
+        "token_method": token_method, "token_deltas": tokens_out,
+        "units": "nats per answer token; higher = the context matters more",
+    }
+    if "surrogate" in methods:
+        out["surrogate"] = {"weights": sur.weights, "intercept": sur.intercept, "lds": sur.lds,
+                            "n_ablations": 64, "method": "picaso_r"}
+    return out
+
+
+def contexts_html(data: dict) -> str:
+    cards = []
+    for i, c in enumerate(data["contexts"], 1):
+        gold = '<span class="px-gold" title="labelled as holding the answer">gold</span>' if c["gold"] else ""
+        tops = [NAMES[m] for m, cid in data["top"].items() if cid == c["id"]]
+        top = f'<span class="px-meta">top for {len(tops)} of {len(data["top"])}</span>' if tops else ""
+        cards.append(
+            f'<div class="px-ctx"><div class="px-ctx-head"><span class="px-num">{i}</span>'
+            f'<code>{html.escape(c["id"])}</code>{gold}{top}</div>'
+            f'<div class="px-ctx-text">{html.escape(_clip(c["text"], 200))}</div></div>')
+    return '<div class="px-order">' + "".join(cards) + "</div>"
+
+
+def summary_md(data: dict) -> str:
+    ctx = data["contexts"]
+    gold = {c["id"] for c in ctx if c["gold"]}
+    lines = [f"**Answer** ({data['answer_source']}): `{_clip(data['answer'], 120)}` · {len(ctx)} contexts · "
+             f"loss with no context {data['losses']['none']:.3f} nats/token"]
+    if gold:
+        hits = [NAMES[m] for m, cid in data["top"].items() if cid in gold]
+        lines.append(f"The gold context is the top one for **{len(hits)} of {len(data['top'])}** methods"
+                     + (f" ({', '.join(hits)})." if hits else "."))
+    sec = data["seconds"]
+    if "picaso_r" in sec and "concat" in sec:
+        lines.append(f"Leave-one-out of {len(ctx)} contexts: PICASO-R **{1e3 * sec['picaso_r']:.0f} ms** vs Concat "
+                     f"**{1e3 * sec['concat']:.0f} ms** ({sec['concat'] / max(sec['picaso_r'], 1e-9):.1f}x).")
+    if "surrogate" in data:
+        s = data["surrogate"]
+        lds = f"{s['lds']:.2f}" if s["lds"] is not None and math.isfinite(s["lds"]) else "n/a"
+        lines.append(f"Surrogate: 64 random subsets composed from states in {1e3 * sec['surrogate']:.0f} ms; "
+                     f"LDS on 16 held-out subsets {lds} (1 = the linear model ranks subsets perfectly).")
+    return "  \n".join(lines)
+
+
+def figures(data: dict):
+    ids = [c["id"] for c in data["contexts"]]
+    gold = [c["gold"] for c in data["contexts"]]
+    bars = plots.score_bars(ids, gold, data["scores"], NAMES, data["seconds"])
+    heat = plots.method_heatmap(ids, gold, data["scores"], NAMES)
+    tokens = plots.token_heatmap(ids, gold, data["answer_tokens"], data["token_deltas"], NAMES[data["token_method"]])
+    return bars, heat, tokens
+
+
+def code_snippets(query, answer, k, picked, methods) -> tuple[str, str]:
+    py = (
+        "from picaso_core import load_model\n"
+        "from picaso_core.attribution import leave_one_in, leave_one_out, surrogate\n\n"
+        "model = load_model('demo'); tok = model.tokenizer\n"
+        f"contexts = {list(picked or [])!r}  # ids; texts from the corpus (empty: retrieved top-{int(k)})\n"
+        "ids = [tok.encode(text + '\\n\\n') for text in texts]  # texts of those contexts\n"
+        "states = model.encode_contexts(ids)  # or StateStore.get_many(contexts)\n"
+        f"q, a = tok.encode({query!r}), tok.encode({answer!r})\n"
+        "loi = leave_one_in(model, q, a, states)  # lowest = most relevant\n"
+        "loo = leave_one_out(model, q, a, states, 'picaso_r')  # highest = most relevant\n"
+        "concat = leave_one_out(model, q, a, states, 'concat', context_ids=ids)\n"
+        "sur = surrogate(model, q, a, states, 'picaso_r', n_ablations=64)  # sur.weights, sur.lds\n"
+    )
+    cl = client_snippet("/attribute", query=query, answer=answer, k=int(k), contexts=list(picked or []),
+                        methods=list(methods or METHODS))
+    return py, cl
+
+
+def attribute(res: Resources, query: str, answer: str = "", k: int = 5, contexts: list[str] | None = None,
+              methods: list[str] | None = None, example: str | None = None, progress=lambda *a, **kw: None):
+    """The /attribute handler: every output of the tab, the plain data last."""
+    data = run_attribution(res, query, answer, k, contexts, methods, example, progress=progress)
+    bars, heat, tokens = figures(data)
+    py, cl = code_snippets(query, data["answer"], k, contexts, data["methods"])
+    return contexts_html(data), summary_md(data), bars, heat, tokens, py, cl, data
+
+
+def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None = None,
+                  progress=lambda *a, **kw: None):
+    """Table 4's protocol over the first n labelled examples. Returns (table, figure, markdown, data)."""
+    from picaso_core.attribution import PAPER_TABLE4, attribution_precision
+    from picaso_core.ui.resources import CONTEXT_SUFFIX
+
+    n_samples = int(n_samples)
+    samples = qa_samples(res)
+    if not samples:
+        raise gr.Error("This corpus has no examples with gold context labels: precision needs them (use the demo "
+                       "corpus or MS MARCO).")
+    if not 1 <= n_samples <= PRECISION_MAX_SAMPLES:
+        raise gr.Error(f"samples must be between 1 and {PRECISION_MAX_SAMPLES}, got {n_samples}")
+    samples = [s for s in samples if len(s.contexts) <= MAX_CONTEXTS][:n_samples]
+    methods = [m for m in (methods or METHODS)]
+    if "concat" not in methods:
+        methods.insert(1 if "loi" in methods else 0, "concat")  # the reference of the correlations
+    progress(0, desc="attribution precision")
+    t0 = time.perf_counter()
+    r = attribution_precision(res.model, samples, methods, context_suffix=CONTEXT_SUFFIX,
+                              get_states=res.states, progress=lambda i, n: progress(i / n, desc=f"sample {i} of {n}"),
+                              surrogate_kw=dict(n_ablations=64, seed=0))
+    chance = sum(len(s.gold_ids) / len(s.contexts) for s in samples) / len(samples)
+    rows = [{"Method": NAMES[m], "Precision": round(r.precision[m], 3),
+             "Paper (table 4)": PAPER_TABLE4.get(m),
+             "Spearman vs Concat-LOO": _num(r.spearman_vs_concat.get(m)),
+             "Same top-1 as Concat-LOO": _num(r.top1_agrees_with_concat.get(m)),
+             "ms / sample": round(1e3 * r.seconds[m], 1)} for m in methods]
+    fig = plots.precision_bars(methods, r.precision, PAPER_TABLE4, NAMES, chance, len(samples))
+    md = (f"{len(samples)} labelled examples ({res.corpus.name}/{res.corpus.split}), {time.perf_counter() - t0:.0f} s. "
+          f"Chance (1 / contexts): {chance:.3f}. {PAPER_NOTE}")
+    data = {"n_samples": len(samples), "precision": r.precision, "spearman_vs_concat": r.spearman_vs_concat,
+            "top1_agrees_with_concat": r.top1_agrees_with_concat, "seconds": r.seconds, "chance": chance,
+            "paper": PAPER_TABLE4}
+    return pd.DataFrame(rows), fig, md, data
+
+
+def _sample(res: Resources, sample_id: str):
+    for s in qa_samples(res):
+        if s.sample_id == sample_id:
+            return s
+    raise gr.Error(f"no labelled example {sample_id!r} in corpus {res.corpus.name}")
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _num(x, digits: int = 2):
+    return round(x, digits) if x is not None and math.isfinite(x) else None
+
+
+# ---- layout ---------------------------------------------------------------------------------
+def render(res: Resources) -> None:
+    """Lay the tab out inside the current gr.Tab and wire its events."""
+    choices = example_choices(res)
+    first = choices[0][1] if choices else None
+    q0, a0, c0 = pick_example(res, first)
+    gr.Markdown(INTRO)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=320):
+            example = gr.Dropdown(choices, value=first, label="Labelled example (gold context known)",
+                                  info="fills in the question, its answer and its candidate contexts",
+                                  elem_id="attribution-example")
+            query = gr.Textbox(q0, label="Query", lines=2, elem_id="attribution-query")
+            with gr.Row():
+                answer = gr.Textbox(a0, label="Answer to attribute", lines=2, scale=4, elem_id="attribution-answer",
+                                    info="empty: the model's own answer from the PICASO-R composition")
+                gen = gr.Button("Model's answer", scale=1, elem_id="attribution-generate")
+            picked = gr.Dropdown(context_choices(res), value=c0, multiselect=True, label="Contexts, in order",
+                                 info=f"empty: retrieve the top k (at most {MAX_CONTEXTS})", elem_id="attribution-contexts")
+            k = gr.Slider(1, min(MAX_CONTEXTS, len(res.database)), value=min(5, len(res.database)), step=1,
+                          label="k: contexts to retrieve when none are picked")
+            methods = gr.CheckboxGroup([(NAMES[m], m) for m in METHODS], value=list(METHODS), label="Methods")
+            run = gr.Button("Attribute", variant="primary", elem_id="attribution-run")
+        with gr.Column(scale=3, min_width=420):
+            order = gr.HTML('<div class="px-empty">Click Attribute: the contexts appear here, gold ones marked.</div>',
+                            label="Contexts")
+            summary = gr.Markdown(label="Summary")
+            with gr.Accordion("What each method does", open=False):
+                gr.Markdown("\n".join(f"- **{NAMES[m]}**: {DESCRIBE[m]}" for m in METHODS))
+    bars = gr.Plot(label="Score per context, per method", elem_id="attribution-bars")
+    with gr.Row():
+        heat = gr.Plot(label="Contexts x methods", elem_id="attribution-heatmap")
+        tokens = gr.Plot(label="Contexts x answer tokens", elem_id="attribution-tokens")
+    with gr.Accordion("Scores as plain data (what /attribute returns)", open=False):
+        data = gr.JSON(label="Scores (plain data)")
+    with gr.Accordion("Precision over the labelled split (paper table 4)", open=False):
+        with gr.Row():
+            n_samples = gr.Slider(1, min(PRECISION_MAX_SAMPLES, max(1, len(qa_samples(res)))), value=20, step=1,
+                                  label="examples", info="the measured 200-example table: scripts/measure_attribution.py")
+            prec_run = gr.Button("Run precision table", elem_id="attribution-precision-run")
+        prec_md = gr.Markdown(PAPER_NOTE, label="About the table")
+        prec_table = gr.Dataframe(label="Precision per method", interactive=False, elem_id="attribution-precision")
+        prec_fig = gr.Plot(label="Precision beside the paper")
+        with gr.Accordion("Precision as plain data", open=False):
+            prec_data = gr.JSON(label="Precision (plain data)")
+    py, cl = show_code(*code_snippets(q0, a0, 5, c0, list(METHODS)))
+
+    def attribute_endpoint(query, answer="", k=5, contexts=None, methods=None, example=None,
+                           progress=gr.Progress()):
+        """Attribute an answer to its contexts with leave-one-in, leave-one-out per method and a surrogate."""
+        return attribute(res, query, answer, k, contexts, methods, example, progress)
+
+    def precision_endpoint(n_samples=20, methods=None, progress=gr.Progress()):
+        """Precision of each attribution method over the labelled examples (paper table 4)."""
+        return run_precision(res, n_samples, methods, progress)
+
+    example.change(lambda sid: pick_example(res, sid), example, [query, answer, picked], api_visibility="private")
+    gen.click(lambda q, k, p: generate_answer(res, q, k, p), [query, k, picked], answer, api_name="generate_answer",
+              concurrency_limit=2)
+    gr.on([run.click, query.submit], attribute_endpoint, [query, answer, k, picked, methods, example],
+          [order, summary, bars, heat, tokens, py, cl, data], api_name="attribute", concurrency_limit=2)
+    prec_run.click(precision_endpoint, [n_samples, methods], [prec_table, prec_fig, prec_md, prec_data],
+                   api_name="attribution_precision", concurrency_limit=1)
