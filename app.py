@@ -17,6 +17,7 @@ picaso_core.ui, rendered here in the order a talk walks through them.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 import gradio as gr
@@ -24,10 +25,12 @@ import gradio as gr
 from picaso_core.ui import compose_tab
 from picaso_core.ui import attribution_tab
 from picaso_core.ui import landscape_tab
+from picaso_core.ui import soup_tab
+from picaso_core.ui import benchmarks_tab
 from picaso_core.ui.layout import CSS, THEME, header
 from picaso_core.ui.resources import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, Resources, load_resources
 
-TABS = (compose_tab, landscape_tab, attribution_tab)
+TABS = (compose_tab, soup_tab, landscape_tab, attribution_tab, benchmarks_tab)
 
 
 def build_app(res: Resources) -> gr.Blocks:
@@ -71,7 +74,12 @@ def main(argv: list[str] | None = None) -> None:
     res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
                          args.device, encode_all=args.encode_all)
     demo = build_app(res)
-    demo.queue().launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, show_error=True)
+    # one line per rejected input (picaso_core.ui.errors), not a traceback
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    # Each event sets its own concurrency_limit (Compose: 2, measured; see compose_tab.CONCURRENCY);
+    # events that set none run one at a time, gradio's default.
+    demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS,
+                                                   show_error=True)
 
 
 if __name__ == "__main__":

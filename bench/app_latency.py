@@ -12,7 +12,14 @@
 2. Store build: encode every context of the corpus into a fresh folder, batched (what
    `app.py --encode-all` does), as contexts / s and tokens / s; the retriever's embedding time
    without the embeddings the demo ships (what a corpus without them pays once); reopening.
+3. Concurrency (--concurrency 1,2,4): for each per-event limit (PICASO_COMPOSE_CONCURRENCY), a fresh
+   app; the same 10 /compose calls (10 corpus queries, k contexts) one after another, then from 10
+   clients at once: wall time of each and their ratio, and the wait of a light call (k=1, nothing
+   generated) sent while the 10 heavy ones are queued. Run in one process, side by side; the ratios
+   are what to quote on a shared machine.
 Prints a table and writes JSON to bench/out/app_latency.json.
+
+    python bench/app_latency.py --concurrency 1,2,4 --skip-build    # only the concurrency comparison
 """
 
 from __future__ import annotations
@@ -53,6 +60,97 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def launch(model_name: str, corpus: str, split: str, cache: Path, timeout: float, env: dict | None = None):
+    """Start app.py on a free port; returns (process, url, seconds until it served, log file)."""
+    from gradio_client import Client
+
+    port = free_port()
+    log = open(cache / "app.log", "w")
+    t = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py"), "--model", model_name, "--corpus", corpus, "--split", split,
+         "--cache-dir", str(cache), "--port", str(port)],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
+    url = f"http://127.0.0.1:{port}/"
+    while True:
+        if proc.poll() is not None or time.perf_counter() - t > timeout:
+            stop(proc, log)
+            raise RuntimeError(f"app did not start:\n{(cache / 'app.log').read_text()[-2000:]}")
+        try:
+            Client(url, verbose=False)
+            return proc, url, time.perf_counter() - t, log
+        except Exception:
+            time.sleep(0.5)
+
+
+def stop(proc, log) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def bench_concurrency(model_name: str, corpus: str, split: str, cache: Path, k: int, limit: int, clients: int,
+                      timeout: float) -> dict:
+    """The same `clients` /compose calls in series and from `clients` clients at once, with the
+    compose event's concurrency limit set to `limit`; and a light call's wait behind them."""
+    import threading
+
+    from gradio_client import Client
+
+    from picaso_core.data import load_corpus
+
+    samples = load_corpus(corpus, split).samples[:clients]
+    proc, url, _, log = launch(model_name, corpus, split, cache, timeout, {"PICASO_COMPOSE_CONCURRENCY": str(limit)})
+    try:
+        pool = [Client(url, verbose=False) for _ in range(clients + 1)]
+        ask = [dict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id, api_name="/compose")
+               for s in samples]
+        for a in ask:  # warm-up: encodes every context these calls use, so both runs below only read states
+            pool[0].predict(**a)
+        t = time.perf_counter()
+        serial = [pool[0].predict(**a)[6] for a in ask]
+        serial_s = time.perf_counter() - t
+
+        def at_once(light: bool) -> tuple[float, list, float | None]:
+            out: list = [None] * clients
+            took: list = [None] * clients
+            go = threading.Barrier(clients + 1)
+
+            def call(i: int) -> None:
+                go.wait()
+                t0 = time.perf_counter()
+                out[i] = pool[i].predict(**ask[i])[6]
+                took[i] = time.perf_counter() - t0
+
+            threads = [threading.Thread(target=call, args=(i,)) for i in range(clients)]
+            for th in threads:
+                th.start()
+            go.wait()
+            t0 = time.perf_counter()
+            light_s = None
+            if light:  # a light request arriving just after the heavy ones
+                time.sleep(0.2)
+                t1 = time.perf_counter()
+                pool[clients].predict(query=samples[0].query, k=1, max_new_tokens=0, api_name="/compose")
+                light_s = time.perf_counter() - t1
+            for th in threads:
+                th.join()
+            return time.perf_counter() - t0, out, light_s
+
+        concurrent_s, together, _ = at_once(light=False)
+        _, _, light_s = at_once(light=True)
+        same = all(a["methods"][m]["loss"] == b["methods"][m]["loss"] and a["query"] == b["query"]
+                   for a, b in zip(serial, together) for m in a["methods"])
+        return {"limit": limit, "clients": clients, "k": k, "serial_s": serial_s, "concurrent_s": concurrent_s,
+                "ratio": concurrent_s / serial_s, "light_call_s": light_s, "answers_match_serial": same}
+    finally:
+        stop(proc, log)
 
 
 def bench_build(model_name: str, corpus: str, split: str, cache: Path) -> dict:
@@ -134,20 +232,38 @@ def main() -> None:
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--calls", type=int, default=5, help="timed /compose calls (after one warm-up)")
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the app to start")
+    p.add_argument("--concurrency", default="", help="comma-separated concurrency limits to compare, e.g. 1,2,4")
+    p.add_argument("--clients", type=int, default=10, help="simultaneous clients for --concurrency")
+    p.add_argument("--skip-build", action="store_true", help="skip the cold start and store build (parts 1-2)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "app_latency.json"))
     args = p.parse_args()
 
+    conc = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model = str(make_tiny_model(tmp / "tiny_model")) if args.tiny else args.model
-        (tmp / "cold").mkdir()
-        compose = bench_compose(model, args.corpus, args.split, tmp / "cold", args.k, args.calls, args.timeout)
-        build = bench_build(model, args.corpus, args.split, tmp / "build")
+        if not args.skip_build:
+            (tmp / "cold").mkdir()
+            compose = bench_compose(model, args.corpus, args.split, tmp / "cold", args.k, args.calls, args.timeout)
+            build = bench_build(model, args.corpus, args.split, tmp / "build")
+        for limit in [int(x) for x in args.concurrency.split(",") if x]:
+            (tmp / f"conc{limit}").mkdir()
+            conc.append(bench_concurrency(model, args.corpus, args.split, tmp / f"conc{limit}", args.k, limit,
+                                          args.clients, args.timeout))
     import torch
 
     result = {"model": "tiny (random)" if args.tiny else args.model, "corpus": f"{args.corpus}/{args.split}",
-              "torch_threads": torch.get_num_threads(), "build": build, "compose": compose}
+              "torch_threads": torch.get_num_threads(), "concurrency": conc}
     print(f"model {result['model']} · corpus {result['corpus']} · {result['torch_threads']} torch threads")
+    for c in conc:
+        print(f"concurrency {c['limit']}: {c['clients']} /compose calls (k={c['k']}) in series {c['serial_s']:.1f} s, "
+              f"from {c['clients']} clients at once {c['concurrent_s']:.1f} s (x{c['ratio']:.2f}); a light call sent "
+              f"behind them answers in {c['light_call_s']:.1f} s; answers equal the serial ones: {c['answers_match_serial']}")
+    if args.skip_build:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        return
+    result.update(build=build, compose=compose)
     print(f"cold start    {compose['startup_s']:.1f} s until the app serves (empty cache)   "
           f"first call {compose['warmup_s']:.2f} s (encodes its {args.k} contexts)")
     print(f"/compose k={args.k}  median {compose['median_s']:.2f} s  (min {compose['min_s']:.2f}, max {compose['max_s']:.2f}, "

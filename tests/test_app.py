@@ -73,7 +73,7 @@ def sample(res, sid):
 # ---- handlers, no server ----------------------------------------------------------------------
 def test_compose_runs_every_method_with_finite_losses(res):
     s = sample(res, "q-velmora")
-    html, summary, table, fig, gens, history_df, history = compose_tab.compose(
+    html, summary, table, fig, gens, history_df, data, py, cl, history = compose_tab.compose(
         res, s.query, s.continuation, k=3, example=s.sample_id)
     assert list(table["Method"]) == METHODS
     assert all(math.isfinite(x) for x in table["Loss"]) and all(x >= 0 for x in table["Compose (ms)"])
@@ -83,6 +83,56 @@ def test_compose_runs_every_method_with_finite_losses(res):
     for label in METHODS:
         assert f"<b>{label}</b>" in gens
     assert len(history) == 1 and list(history_df["k"]) == [3]
+    # the plain data agrees with the table, method by method
+    assert [m["label"] for m in data["methods"].values()] == METHODS
+    assert [m["loss"] for m in data["methods"].values()] == pytest.approx(list(table["Loss"]), abs=1e-3)
+    assert [c["id"] for c in data["contexts"]] == [x.split("</code>")[0] for x in html.split("<code>")[1:]]
+    assert data["query"] == s.query and data["scored"] is True
+
+
+def test_show_code_reproduces_the_table(res, monkeypatch, capsys):
+    """The Python snippet, run as printed (load_resources returning this app's resources), prints
+    the losses on screen; the gradio_client snippet is valid Python naming this run's inputs."""
+    import picaso_core.ui.resources as resources
+
+    s = sample(res, "q-brandor")
+    *_, table, _, _, _, data, py, cl, _ = compose_tab.compose(res, s.query, s.continuation, k=2, max_new_tokens=3,
+                                                             example=s.sample_id)
+    assert f"ids = {[c['id'] for c in data['contexts']]!r}" in py
+    monkeypatch.setattr(resources, "load_resources", lambda *a, **kw: res)
+    exec(compile(py, "show_code", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert [float(line.split("loss ")[1].split()[0]) for line in printed] == pytest.approx(list(table["Loss"]), abs=1e-3)
+    compile(cl, "client_code", "exec")
+    assert f"query={s.query!r}" in cl and "k=2" in cl and f"example={s.sample_id!r}" in cl
+    assert "api_name='/compose'" in cl and "max_new_tokens=3" in cl and "contexts=" not in cl  # defaults left out
+
+
+def test_every_endpoint_output_is_named(res):
+    """view_api names each output after its component's label; an unlabelled one is 'value_<id>'."""
+    info = app.build_app(res).get_api_info()["named_endpoints"]
+    assert "/compose" in info
+    for endpoint, spec in info.items():
+        names = [r["label"] for r in spec["returns"]]
+        assert not [n for n in names if str(n).startswith("value_")], (endpoint, names)
+    assert [r["label"] for r in info["/compose"]["returns"]] == [
+        "Composition order", "Summary", "Per method", "Loss and time per method", "Generations", "Runs",
+        "Results", "python (picaso_core)", "gradio_client"]
+
+
+def test_header_store_count_follows_the_store(tiny_model_dir, corpus_file, tmp_path):
+    from picaso_core.ui.layout import status_md
+
+    fresh = load_resources(str(tiny_model_dir), str(corpus_file), cache_dir=tmp_path, embedder=BagOfWords(),
+                           log=lambda msg: None)
+    assert "store **0 of 8 states**" in status_md(fresh)
+    compose_tab.run_compose(fresh, "Velmora blue glass", " x", k=3, max_new_tokens=0)
+    assert "store **3 of 8 states**" in status_md(fresh)
+    demo = app.build_app(fresh)  # refreshed on a timer and on page load, neither in the API
+    status = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "px-status")
+    triggers = {event for fn in demo.fns.values() if status in fn.outputs for _, event in fn.targets}
+    assert triggers == {"tick", "load"}
+    assert not [e for e in demo.get_api_info()["named_endpoints"] if "lambda" in e]
 
 
 def test_retrieved_contexts_are_shown_most_relevant_last_and_gold_marked(res):
@@ -112,23 +162,11 @@ def test_hand_picked_contexts_keep_their_order(res):
 
 
 def test_without_a_continuation_losses_are_skipped_and_generations_shown(res):
-    *_, table, fig, gens, _, _ = compose_tab.compose(res, "Velmora was founded", "", k=2, max_new_tokens=4)
+    _, _, table, fig, gens, *_ = compose_tab.compose(res, "Velmora was founded", "", k=2, max_new_tokens=4)
     assert table["Loss"].isna().all() and table["Perplexity"].isna().all()
     assert (table["Process (ms)"] > 0).all()
     assert "nothing to score" in compose_tab.compose(res, "Velmora was founded", "", k=2, max_new_tokens=0)[1]
     assert gens.count("px-gen-text") == len(METHODS)
-
-
-@pytest.mark.parametrize("kw, message", [
-    (dict(query="   "), "Type a query"),
-    (dict(query="Velmora", k=0), "out of range"),
-    (dict(query="Velmora", k=compose_tab.K_MAX + 1), "out of range"),
-    (dict(query="Velmora", picked=["no-such-id"]), "unknown context ids"),
-    (dict(query="Velmora", max_new_tokens=1000), "tokens to generate"),
-])
-def test_bad_input_raises_a_clear_gr_error(res, kw, message):
-    with pytest.raises(gr.Error, match=message):
-        compose_tab.run_compose(res, **kw)
 
 
 def test_contexts_longer_than_the_limit_are_refused(res, monkeypatch):
@@ -261,9 +299,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_SERVED: dict = {}  # the one launched app of a test session, shared by every test file that uses app_url
+
+
+def served_log() -> str:
+    """What the launched app has printed so far (stdout and stderr)."""
+    return _SERVED["log"].read_text()
+
+
 @pytest.fixture(scope="session")
 def app_url(tiny_model_dir, tmp_path_factory):
-    """`python app.py` on a free local port with the tiny model and the facts corpus; stopped after."""
+    """`python app.py` on a free local port with the tiny model and the facts corpus; stopped after.
+    Other test files import this fixture; the first to run launches the app, the rest reuse it."""
+    if _SERVED:
+        yield _SERVED["url"]
+        return
     tmp = tmp_path_factory.mktemp("served")
     corpus = write_corpus(tmp / "facts.jsonl")
     port = _free_port()
@@ -286,8 +336,10 @@ def app_url(tiny_model_dir, tmp_path_factory):
                 break
             except OSError:
                 time.sleep(0.5)
+        _SERVED.update(url=url, log=log_path)
         yield url
     finally:
+        _SERVED.clear()
         proc.terminate()
         try:
             proc.wait(15)
@@ -302,8 +354,10 @@ def test_compose_endpoint_through_gradio_client(app_url):
     client = Client(app_url, verbose=False)
     out = client.predict(query="Velmora, the city of blue glass, was founded",
                          continuation=" in 1423 by Osric Dallen.", k=3, api_name="/compose")
-    assert len(out) == 6  # order, summary, table, plot, generations, this session's runs
-    order_html, table = out[0], out[2]
+    assert len(out) == 9  # order, summary, table, plot, generations, runs, results, python code, client code
+    order_html, table, results = out[0], out[2], out[6]
+    assert list(results["methods"]) == [m for m, *_ in compose_tab.METHODS] and len(results["contexts"]) == 3
+    assert "client.predict(" in out[8] and "run_methods(" in out[7]
     rows = {r[0]: r for r in table["data"]}
     assert list(rows) == METHODS
     loss_col = table["headers"].index("Loss")

@@ -5,12 +5,16 @@ Handlers are plain functions at the top (tested without a server); `render` lays
 wires them. The API endpoint `/compose` takes `query` (required) and optional settings, so it can
 be scripted with gradio_client:
     Client(url).predict(query="...", k=5, api_name="/compose")
+Every output is named (view_api); `results` is the run as plain data (a dict). The event runs with
+preprocess=False: `compose` checks the raw inputs itself (picaso_core.ui.errors), so a bad input
+gets one short message naming the fix and one line in the server log.
 """
 
 from __future__ import annotations
 
 import html
 import math
+import os
 from dataclasses import dataclass, replace
 
 import gradio as gr
@@ -18,12 +22,23 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.errors import bad_input, flag, id_list, text, whole_number
 from picaso_core.ui.resources import Resources
 
 TITLE = "Compose & compare"
 K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate beyond
 MAX_NEW_TOKENS = 64
 EXAMPLES_SHOWN = 300  # corpus examples offered in the picker
+ENDPOINT = "/compose"
+DEFAULTS = dict(k=5, contexts=[], most_relevant_last=True, max_new_tokens=24, example=None)  # the API's defaults
+# Requests served at once (gradio's per-event concurrency_limit). Measured on 2 CPU cores with 10
+# concurrent clients (bench/app_latency.py --concurrency, README "The app"): torch already uses
+# both cores inside one request, so running two at once does not raise throughput; with 1, a light
+# request waits behind every heavy one. 2 lets a light request start while a heavy one runs at
+# the same total throughput. The model is shared read-only (forward and generate keep no state on
+# the module; the store's ensure is locked; the Rust tokenizer's encode takes &self).
+CONCURRENCY = int(os.environ.get("PICASO_COMPOSE_CONCURRENCY", 2))
 
 # (method id in picaso_core.evaluate, label, one line for the legend, colour)
 METHODS = (
@@ -95,11 +110,11 @@ def choose_contexts(
     if picked:
         unknown = [c for c in picked if c not in res.database]
         if unknown:
-            raise gr.Error(f"unknown context ids {unknown[:5]}: pick them from the list")
+            names = ", ".join(_clip(repr(c), 40) for c in unknown[:3]) + (" …" if len(unknown) > 3 else "")
+            raise bad_input(f"unknown context id {names}: pick ids from 'Pick contexts by hand' "
+                            f"(e.g. {next(iter(res.database))!r})", ENDPOINT)
         hits = list(zip(picked, res.retriever.similarity(query, picked)))
     else:
-        if not 1 <= k <= min(K_MAX, len(res.database)):
-            raise gr.Error(f"k = {k} is out of range: retrieve between 1 and {min(K_MAX, len(res.database))} contexts")
         from picaso_core.experiments import own_passages  # a QA example (MS MARCO) ranks only its own passages
         hits = (own_passages(res.retriever, query, sample.context_ids, k, best_last=most_relevant_last)
                 if sample is not None and sample.kind == "qa" and sample.contexts else
@@ -120,33 +135,42 @@ def run_compose(
 ):
     """Run every method on one query. Returns (contexts, results, scored).
 
-    Raises gr.Error on bad input: an empty query, k out of range, unknown ids, or contexts longer
-    than `res.max_tokens` tokens in total.
+    Raises gr.Error (one short message naming the fix, one log line) on bad input: an empty or
+    too long query, k or max_new_tokens not a whole number in range, unknown ids, or contexts
+    longer than `res.max_tokens` tokens in total. Inputs may be raw API payloads (the event runs
+    with preprocess=False), so every one is checked here.
     """
     from picaso_core.evaluate import run_methods
 
-    if not query or not query.strip():
-        raise gr.Error("Type a query, or pick an example from the corpus.")
-    k, max_new_tokens = int(k), int(max_new_tokens)
-    if not 0 <= max_new_tokens <= MAX_NEW_TOKENS:
-        raise gr.Error(f"tokens to generate must be between 0 and {MAX_NEW_TOKENS}, got {max_new_tokens}")
+    query, continuation = text("query", query, ENDPOINT), text("continuation", continuation, ENDPOINT)
+    if not query.strip():
+        raise bad_input("Type a query, or pick an example from the corpus.", ENDPOINT)
+    k = whole_number("k", k, 1, min(K_MAX, len(res.database)), ENDPOINT)
+    max_new_tokens = whole_number("max_new_tokens (tokens to generate)", max_new_tokens, 0, MAX_NEW_TOKENS, ENDPOINT)
+    picked = id_list("contexts", picked, ENDPOINT)
+    most_relevant_last = flag("most_relevant_last", most_relevant_last, ENDPOINT)
+    if sample_id is not None and not isinstance(sample_id, str):
+        raise bad_input(f"example must be an example id, got {_clip(repr(sample_id), 40)}", ENDPOINT)
+    tok = res.model.tokenizer
+    query_ids = tok.encode(query)
+    scored = bool(continuation)
+    # run_methods scores a continuation of at least one token. With none given, it scores one
+    # placeholder token (EOS, or the query's last token for a tokenizer without EOS) and the losses
+    # are dropped (see NO_CONTINUATION_NOTE); timings and generations are kept.
+    continuation_ids = tok.encode(continuation) if scored else [tok.eos_id if tok.eos_id is not None else query_ids[-1]]
+    if len(query_ids) + len(continuation_ids) > res.max_tokens:
+        what = f"query and continuation hold {len(query_ids) + len(continuation_ids)}" if scored \
+            else f"query holds {len(query_ids)}"
+        raise bad_input(f"The {what} tokens; this app reads at most {res.max_tokens}. "
+                        f"Shorten {'them' if scored else 'it'}.", ENDPOINT)
     progress(0.05, desc="retrieving contexts")
     contexts = choose_contexts(res, query, k, picked, most_relevant_last, sample_id)
     total = sum(c.num_tokens for c in contexts)
     if total > res.max_tokens:
-        raise gr.Error(
+        raise bad_input(
             f"The {len(contexts)} contexts hold {total} tokens; this app composes at most {res.max_tokens}. "
-            "Lower k or pick shorter contexts (or start the app with a larger --max-tokens)."
+            "Lower k or pick shorter contexts (or start the app with a larger --max-tokens).", ENDPOINT
         )
-    tok = res.model.tokenizer
-    query_ids = tok.encode(query)
-    scored = bool(continuation)
-    # run_methods scores a continuation of at least one token. With none given, it scores EOS and
-    # the losses are dropped (see NO_CONTINUATION_NOTE); timings and generations are kept.
-    continuation_ids = tok.encode(continuation) if scored else [tok.eos_id]
-    if len(query_ids) + len(continuation_ids) > res.max_tokens:
-        raise gr.Error(f"The query and continuation hold {len(query_ids) + len(continuation_ids)} tokens; "
-                       f"this app reads at most {res.max_tokens}. Shorten them.")
     ids = [c.cid for c in contexts]
     new = sum(cid not in res.store for cid in ids)
     progress(0.15, desc=f"encoding {new} new contexts into the store" if new else f"loading {len(ids)} stored states")
@@ -263,11 +287,18 @@ def compose(
     history: list[dict] | None = None,
     progress=lambda *a, **kw: None,
 ):
-    """The /compose handler: every output of the tab, ready for its components."""
+    """The /compose handler: every output of the tab, ready for its components, in OUTPUTS order:
+    order, summary, table, plot, generations, runs, results (plain data), the two code snippets,
+    then this session's history (gr.State, not part of the API)."""
     ctxs, results, scored = run_compose(
         res, query, continuation, k, contexts, most_relevant_last, max_new_tokens, example, progress
     )
     history = (history or []) + [history_row(query, ctxs, results, scored)]
+    # run_compose has checked the inputs; the snippets repeat the run's own values
+    picked = bool(contexts)
+    run = dict(query=query, continuation=continuation or "", k=DEFAULTS["k"] if picked else len(ctxs),
+               contexts=[c.cid for c in ctxs] if picked else [], most_relevant_last=most_relevant_last,
+               max_new_tokens=int(float(max_new_tokens)), example=example or None)
     return (
         contexts_html(ctxs),
         summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query))),
@@ -275,7 +306,66 @@ def compose(
         results_plot(results, scored),
         generations_html(results, res.model.tokenizer),
         pd.DataFrame(history),
+        results_data(res, query, continuation or "", ctxs, results, scored),
+        python_snippet(res, run, ctxs),
+        api_snippet(run),
         history,
+    )
+
+
+def results_data(res: Resources, query: str, continuation: str, contexts: list[Context], results, scored: bool) -> dict:
+    """The run as plain data (JSON-ready; NaN as null): what a scripted user reads."""
+    tok = res.model.tokenizer
+    return {
+        "query": query,
+        "continuation": continuation,
+        "scored": scored,
+        "contexts": [{"id": c.cid, "num_tokens": c.num_tokens, "cosine": round(float(c.score), 4), "gold": c.gold}
+                     for c in contexts],
+        "methods": {
+            r.method: {"label": LABEL[r.method], "loss": _num(r.loss, 4), "perplexity": _num(r.ppl, 3),
+                       "compose_ms": round(r.compose_s * 1e3, 3), "process_ms": round(r.process_s * 1e3, 3),
+                       "generation": tok.decode(r.generation or [])}
+            for r in results
+        },
+        "model": res.model_name,
+        "corpus": f"{res.corpus.name}/{res.corpus.split}",
+    }
+
+
+def python_snippet(res: Resources, run: dict, contexts: list[Context]) -> str:
+    """picaso_core code that recomputes this run's table (same contexts, same stored states)."""
+    corpus = res.corpus.name if res.corpus.name in ("demo", "wikitext", "msmarco") else f"path/to/{res.corpus.name}.jsonl"
+    ids = [c.cid for c in contexts]
+    how = ("picked by hand" if run["contexts"] else
+           f"= [c for c, _ in res.retriever.retrieve(query, {len(ids)}, best_last={run['most_relevant_last']})]"
+           + (" (the example's own chunks excluded)" if run["example"] else ""))
+    cont = "tok.encode(continuation)" if run["continuation"] else "[tok.eos_id]  # no continuation: losses meaningless"
+    methods = tuple(m for m, *_ in METHODS)
+    return (
+        "from picaso_core.evaluate import run_methods\n"
+        "from picaso_core.ui.resources import load_resources\n\n"
+        f"res = load_resources({res.model_name!r}, {corpus!r}, {res.corpus.split!r})  # model, corpus, state store, retriever\n"
+        "tok = res.model.tokenizer\n"
+        f"query = {run['query']!r}\n"
+        f"continuation = {run['continuation']!r}\n"
+        f"ids = {ids!r}  # composed in this order; {how}\n"
+        "results = run_methods(\n"
+        f"    res.model, tok.encode(query), {cont},\n"
+        "    [res.token_ids(c) for c in ids], context_states=res.states(ids),\n"
+        f"    methods={methods!r}, generate_tokens={run['max_new_tokens']}, seed=0)\n"
+        "for r in results:\n"
+        "    print(f\"{r.method:12s} loss {r.loss:.3f}  compose {r.compose_s * 1e3:8.2f} ms  {tok.decode(r.generation or [])!r}\")\n"
+    )
+
+
+def api_snippet(run: dict) -> str:
+    """The gradio_client call of this run, then where its plain results are."""
+    kwargs = {k: v for k, v in run.items() if k in ("query", "continuation") or v != DEFAULTS.get(k)}
+    return client_snippet(ENDPOINT, **kwargs) + (
+        "order, summary, table, plot, generations, runs, results, python_code, client_code = result\n"
+        'for method, r in results["methods"].items():\n'
+        '    print(method, r["loss"], r["compose_ms"], r["generation"])\n'
     )
 
 
@@ -283,7 +373,9 @@ def _sample(res: Resources, sample_id: str):
     for s in res.corpus.samples:
         if s.sample_id == sample_id:
             return s
-    raise gr.Error(f"no example {sample_id!r} in corpus {res.corpus.name}")
+    first = res.corpus.samples[0].sample_id if res.corpus.samples else ""
+    raise bad_input(f"unknown example {_clip(repr(sample_id), 40)}: pick one from 'Example from the corpus' "
+                    f"(e.g. {first!r}), or leave it empty", ENDPOINT)
 
 
 def _clip(text: str, n: int) -> str:
@@ -323,17 +415,21 @@ def render(res: Resources) -> None:
             run = gr.Button("Compose & compare", variant="primary", elem_id="compose-run")
         with gr.Column(scale=3, min_width=420):
             gr.Markdown("#### Composition order")
-            order = gr.HTML('<div class="px-empty">Retrieved contexts appear here, in the order they are composed.</div>')
-            summary = gr.Markdown()
+            order = gr.HTML('<div class="px-empty">Retrieved contexts appear here, in the order they are composed.</div>',
+                            label="Composition order")
+            summary = gr.Markdown(label="Summary")
     table = gr.Dataframe(label="Per method", interactive=False, elem_id="compose-results")
     gr.Markdown(TABLE_NOTE, elem_classes="px-note")
     plot = gr.Plot(label="Loss and time per method")
     gr.Markdown("#### Generated continuations")
-    gens = gr.HTML()
+    gens = gr.HTML(label="Generations")
     with gr.Accordion("What each method does", open=False):
         gr.Markdown(legend)
     with gr.Accordion("Runs in this session", open=False):
-        history_table = gr.Dataframe(interactive=False)
+        history_table = gr.Dataframe(label="Runs", interactive=False)
+    with gr.Accordion("Results as data (what the API returns as `results`)", open=False):
+        data = gr.JSON(label="Results")
+    py_code, client_code = show_code()
     history = gr.State([])
 
     def compose_endpoint(query, continuation, k, contexts, most_relevant_last, max_new_tokens,
@@ -342,10 +438,12 @@ def render(res: Resources) -> None:
         return compose(res, query, continuation, k, contexts, most_relevant_last, max_new_tokens,
                        example, history, progress)
 
-    example.change(lambda sid: pick_example(res, sid), example, [query, continuation], api_visibility="private")
+    # filling two text boxes is instant: no queue slot to wait for
+    example.change(lambda sid: pick_example(res, sid), example, [query, continuation], api_visibility="private",
+                   concurrency_limit=None)
     gr.on(
         [run.click, query.submit], compose_endpoint,
         [query, continuation, k, picked, most_relevant_last, max_new_tokens, example, history],
-        [order, summary, table, plot, gens, history_table, history],
-        api_name="compose",
+        [order, summary, table, plot, gens, history_table, data, py_code, client_code, history],
+        api_name="compose", preprocess=False, concurrency_limit=CONCURRENCY,
     )

@@ -48,5 +48,19 @@ def header(res: Resources) -> None:
     steps = ["<b>contexts</b>", "encode once", "<b>state store</b>", "retrieve top-k", "<b>compose</b>", "generate"]
     gr.HTML('<div class="px-flow">' + '<span class="px-arrow">→</span>'.join(
         f'<span class="px-step">{s}</span>' for s in steps) + "</div>")
+    # Refreshed on every page load and then on a timer: the store's count grows as requests (from
+    # any tab or user) encode contexts on first use. Neither event is part of the API.
+    status = gr.Markdown(status_md(res), elem_id="px-status")
+    timer = gr.Timer(STATUS_REFRESH_S)
+    gr.on([timer.tick], lambda: status_md(res), None, status, api_visibility="private", concurrency_limit=None,
+          show_progress="hidden")
+    gr.on(None, lambda: status_md(res), None, status, api_visibility="private", concurrency_limit=None)
+
+
+STATUS_REFRESH_S = 5.0  # seconds between refreshes of the header's "store N of M states" line
+
+
+def status_md(res: Resources) -> str:
+    """What is loaded, and how many contexts the state store holds now."""
     loaded = " · ".join(f"{k} {v:.1f}s" for k, v in res.load_s.items())
-    gr.Markdown(f"{res.describe()}  \n<small>loaded in: {loaded}</small>")
+    return f"{res.describe()}  \n<small>loaded in: {loaded}</small>"

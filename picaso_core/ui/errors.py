@@ -1,0 +1,71 @@
+"""Rejected input: one short message for the user, one line in the server log.
+
+Gradio prints a full traceback for every gr.Error unless it is raised with print_exception=False
+(gradio/queueing.py: `if not isinstance(e, Error) or e.print_exception: traceback.print_exc()`),
+and its own input checks (a Dropdown value not among the choices, a Slider value that is not a
+number) answer with messages that list every choice or name internal component indices. So the
+tabs' API events run with preprocess=False, check their raw inputs with the helpers here, and
+reject bad input with `bad_input`: the message names the fix, the log gets one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import gradio as gr
+
+log = logging.getLogger("picaso_explorer")
+
+
+def bad_input(message: str, endpoint: str = "") -> gr.Error:
+    """The gr.Error to raise for a rejected input; logs ONE line (no traceback) as it is made."""
+    log.warning("rejected input%s: %s", f" to {endpoint}" if endpoint else "", message)
+    return gr.Error(message, print_exception=False)
+
+
+def whole_number(name: str, value, lo: int, hi: int, endpoint: str = "") -> int:
+    """`value` as an int in [lo, hi]: 5, 5.0 and "5" pass; 2.5, "five", True and None are refused."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = None
+    ok = (isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number)
+          and float(number).is_integer() and lo <= number <= hi)
+    if not ok:
+        raise bad_input(f"{name} must be a whole number from {lo} to {hi}, got {_short(value)}", endpoint)
+    return int(number)
+
+
+def flag(name: str, value, endpoint: str = "") -> bool:
+    """A true / false input (a Checkbox): only a bool passes."""
+    if not isinstance(value, bool):
+        raise bad_input(f"{name} must be true or false, got {_short(value)}", endpoint)
+    return value
+
+
+def text(name: str, value, endpoint: str = "") -> str:
+    """A text input: None reads as ""; anything but a string is refused."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise bad_input(f"{name} must be text, got {_short(value)}", endpoint)
+    return value
+
+
+def id_list(name: str, value, endpoint: str = "") -> list[str]:
+    """A multiselect of ids: None reads as [], one id as [id]; anything else must be a list of strings."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise bad_input(f"{name} must be a list of ids, got {_short(value)}", endpoint)
+    return list(value)
+
+
+def _short(value, n: int = 40) -> str:
+    r = repr(value)
+    return r if len(r) <= n else r[: n - 1] + "…"
