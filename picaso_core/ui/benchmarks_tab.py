@@ -1,0 +1,211 @@
+"""Benchmarks: the paper's experiments (PICASO sec. 6, appendix B) on the loaded model and corpus.
+
+The tab opens on the bundled demo run (assets/benchmarks_summary.json, written by
+`python -m picaso_core.experiments`; regenerate it with the command in SHIPPED_COMMAND) with all its
+figures and the paper-vs-ours table, and a panel runs a small k-sweep live on the app's model,
+corpus and state store. API endpoint `/benchmarks`:
+    Client(url).predict(samples=5, ks="0,1,2,5", methods=[...], retriever="minilm", api_name="/benchmarks")
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from picaso_core import experiments as E
+from picaso_core.evaluate import METHOD_NAMES, METHODS
+from picaso_core.plots import experiments as P
+from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.resources import Resources
+
+TITLE = "Benchmarks"
+SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "benchmarks_summary.json"
+SHIPPED_COMMAND = ("python -m picaso_core.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo "
+                   "--ship assets/benchmarks_summary.json")
+LIVE_RETRIEVERS = ("minilm", "bm25", "random")  # offline; the CLI adds mpnet / GloVe when online
+MAX_SAMPLES, MAX_K = 50, 10  # the live panel stays small (the CLI runs the full protocol)
+ENDPOINT = "/benchmarks"
+_rankers: dict[tuple[int, str], object] = {}  # (id(res), name) -> ranker, built once per app
+
+
+# ---- handlers: plain functions ----------------------------------------------------------------
+def load_shipped(path: Path = SHIPPED) -> dict | None:
+    """The bundled demo run's summary, or None if it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def paper_table(summary: dict | None) -> pd.DataFrame:
+    """The paper-vs-ours table as a DataFrame (rows: methods)."""
+    cols = ["Method", "Gain, paper (WikiText)", "Gain, ours", "QA loss, paper (MS MARCO)", "QA loss, ours"]
+    if not summary:
+        return pd.DataFrame(columns=cols)
+    gain = (summary.get("main") or {}).get("gains", {}).get("avg", {})
+    qa = {m: r["loss"] for m, r in ((summary.get("qa") or {}).get("methods") or {}).items()}
+    paper = summary.get("paper") or E.PAPER
+    rows = []
+    for m in E.TABLE_METHODS:
+        pg = paper["wikitext_gain_pct"].get(m)
+        rows.append([METHOD_NAMES[m] if m != "none" else "Baseline (none)",
+                     None if pg is None else f"{pg:.1f}%",
+                     "0%" if m == "none" else (None if gain.get(m) is None else f"{gain[m]:.1f}%"),
+                     paper["msmarco_loss"].get(m), None if qa.get(m) is None else round(qa[m], 3)])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def intro(summary: dict | None) -> str:
+    if not summary:
+        return ("No bundled run found (`assets/benchmarks_summary.json`): make one with "
+                f"`{SHIPPED_COMMAND}`, or run a small sweep below.")
+    m, main = summary.get("meta", {}), summary.get("main") or {}
+    g = main.get("gains", {}).get("avg", {})
+    r = main.get("concat_over_picaso_r", {})
+    line = (f"The bundled demo run: model **{m.get('model')}**, corpus **{m.get('corpus')}/{m.get('split')}**, "
+            f"{m.get('samples')} samples, k = {m.get('ks')}, {len(m.get('methods', []))} methods, "
+            f"{m.get('seconds', 0) / 60:.1f} min on {m.get('threads')} CPU thread(s). ")
+    if g.get("picaso_r") is not None and g.get("concat") is not None:
+        line += (f"**Look at** how close PICASO-R (−{g['picaso_r']:.1f}% loss vs no context, mean over k = 1..10) "
+                 f"comes to Concat (−{g['concat']:.1f}%) while composing {r.get('compose') or 0:.0f}× faster, "
+                 "and at Concat past the model's training length (up to 50 chunks).")
+    return line
+
+
+def parse_live_ks(text) -> list[int]:
+    try:
+        ks = E.parse_ks(str(text))
+    except ValueError:
+        raise gr.Error(f"k list {str(text)[:40]!r} is not valid: write numbers like 0,1,2,5 or a range 0-5") from None
+    if not ks:
+        raise gr.Error("give at least one k, e.g. 0,1,2,5")
+    if max(ks) > MAX_K:
+        raise gr.Error(f"k up to {MAX_K} here (got {max(ks)}); the CLI runs more: python -m picaso_core.experiments --ks 0-50")
+    return ks
+
+
+def ranker(res: Resources, name: str):
+    if name not in LIVE_RETRIEVERS:
+        raise gr.Error(f"unknown retriever {str(name)[:30]!r}: choose one of {', '.join(LIVE_RETRIEVERS)}")
+    key = (id(res), name)
+    if key not in _rankers:
+        _rankers[key] = (E.EmbeddingRanker(res.retriever, "minilm") if name == "minilm"
+                         else E.make_ranker(name, res.database))
+    return _rankers[key]
+
+
+def check_inputs(res: Resources, samples, ks, methods, retriever):
+    try:
+        n = int(samples)
+    except (TypeError, ValueError):
+        raise gr.Error(f"samples must be a whole number from 1 to {MAX_SAMPLES}") from None
+    if not 1 <= n <= min(MAX_SAMPLES, len(res.corpus)):
+        raise gr.Error(f"samples must be from 1 to {min(MAX_SAMPLES, len(res.corpus))}, got {n}")
+    methods = [m for m in (methods or [])]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise gr.Error(f"pick methods among {', '.join(METHODS)}" + (f" (unknown: {bad[:3]})" if bad else ""))
+    if "none" not in methods:
+        methods = ["none"] + methods  # the gains are measured against the baseline
+    return n, parse_live_ks(ks), [m for m in METHODS if m in methods], ranker(res, retriever)
+
+
+def live_summary(log, sample_ids: list[str], ks: list[int], retriever: str) -> dict:
+    curve = E.curves(log.records.values(), sample_ids, retriever, ks)
+    return {**curve, "gains": E.gains(curve), "concat_over_picaso_r": E.time_ratio(curve),
+            "n_samples": len(sample_ids), "retriever": retriever}
+
+
+def snippets(samples: int, ks: str, methods: list[str], retriever: str) -> tuple[str, str]:
+    py = (
+        "# the full protocol (all figures, report.html, paper_vs_ours.md):\n"
+        f"#   {SHIPPED_COMMAND.split(' --ship')[0]}\n"
+        "# this live sweep:\n"
+        "from picaso_core import experiments as E\n"
+        "from picaso_core.ui.resources import load_resources\n\n"
+        "res = load_resources('demo', 'demo')\n"
+        f"ranker = E.EmbeddingRanker(res.retriever) if {retriever!r} == 'minilm' else E.make_ranker({retriever!r}, res.database)\n"
+        "log = E.MemoryLog()\n"
+        f"E.run_sweep(res.model, res.corpus.samples[:{samples}], ranker,\n"
+        "            E.ContextSource(res.states, res.token_ids), E.parse_ks(" + repr(ks) + "), log,\n"
+        f"            methods={tuple(methods)!r})\n"
+        "curve = E.curves(log.records.values(), retriever=ranker.name)\n"
+        "print(E.gains(curve)['avg'])\n"
+    )
+    return py, client_snippet(ENDPOINT, samples=samples, ks=ks, methods=list(methods), retriever=retriever)
+
+
+def run_live(res: Resources, samples=5, ks="0,1,2,5", methods=None, retriever="minilm", progress=None):
+    """The /benchmarks handler, a generator: after each sample, the figures of the sweep so far.
+
+    Yields (loss figure, time figure, status markdown, summary dict, python snippet, client snippet).
+    """
+    methods = list(METHODS) if methods is None else methods
+    n, k_list, meths, rk = check_inputs(res, samples, ks, methods, retriever)
+    chosen = res.corpus.samples[:n]
+    source = E.ContextSource(res.states, res.token_ids)
+    log = E.MemoryLog()
+    ids: list[str] = []
+    py, cl = snippets(n, str(ks), meths, rk.name)
+    for i, s in enumerate(chosen):
+        if progress is not None:
+            progress((i, n), desc=f"sample {i + 1} of {n}: {len(k_list)} k x {len(meths)} methods")
+        E.run_sweep(res.model, [s], rk, source, k_list, log, meths, part="live")
+        ids.append(s.sample_id)
+        summ = live_summary(log, ids, k_list, rk.name)
+        g = summ["gains"]["avg"]
+        best = ", ".join(f"{METHOD_NAMES[m]} {g[m]:+.1f}%" for m in meths if m != "none" and g.get(m) is not None)
+        status = (f"**{i + 1} of {n} samples** done ({E.RETRIEVERS[rk.name][0]}, k = {', '.join(map(str, k_list))}). "
+                  f"Loss reduction vs no context, mean over k = 1..10: {best or '– (add a k ≥ 1)'}.")
+        yield (P.loss_vs_k(summ, "Live sweep: loss vs k"), P.time_vs_k(summ, include_picconcat=True,
+               title="Live sweep: time vs k"), status, summ, py, cl)
+
+
+# ---- layout -------------------------------------------------------------------------------------
+def render(res: Resources) -> None:
+    summary = load_shipped()
+    gr.Markdown(intro(summary), elem_id="bench-intro")
+    gr.Dataframe(paper_table(summary), label="Paper vs ours (gain: % lower loss than no context, mean over k = 1..10)",
+                 interactive=False, elem_id="bench-paper-vs-ours")
+    figs = P.all_figures(summary or {})
+    for a, b in zip(figs[0::2], figs[1::2] + [None]):
+        with gr.Row(equal_height=False):
+            for item in (a, b):
+                if item is not None:
+                    fig_id, title, caption, fig = item
+                    with gr.Column(min_width=420):
+                        gr.Plot(fig, label=title, elem_id=fig_id)
+                        gr.Markdown(caption, elem_classes="px-note")
+    gr.Markdown(f"Regenerate the bundled run (and report.html, paper_vs_ours.md): `{SHIPPED_COMMAND}`",
+                elem_classes="px-note")
+
+    gr.Markdown("### Run a small sweep live\nOn the loaded model and corpus; the figures update after each sample.")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=300):
+            samples = gr.Slider(1, min(MAX_SAMPLES, max(1, len(res.corpus))), value=min(5, len(res.corpus)), step=1,
+                                label="Samples", elem_id="bench-samples")
+            ks = gr.Textbox("0,1,2,5", label="k values", info=f"e.g. 0,1,2,5 or 0-5 (at most {MAX_K})",
+                            elem_id="bench-ks")
+            methods = gr.CheckboxGroup([(METHOD_NAMES[m], m) for m in METHODS], value=list(METHODS),
+                                       label="Methods", elem_id="bench-methods")
+            retriever = gr.Dropdown([(E.RETRIEVERS[r][0], r) for r in LIVE_RETRIEVERS], value="minilm",
+                                    label="Retriever", elem_id="bench-retriever")
+            run = gr.Button("Run sweep", variant="primary", elem_id="bench-run")
+        with gr.Column(scale=2, min_width=420):
+            status = gr.Markdown("Press **Run sweep**: a few samples take seconds on the demo model.",
+                                 elem_id="bench-status")
+            live_loss = gr.Plot(label="Live sweep: loss vs k", elem_id="bench-live-loss")
+            live_time = gr.Plot(label="Live sweep: time vs k", elem_id="bench-live-time")
+    data = gr.JSON(label="Live sweep summary (per method and k)", elem_id="bench-json")
+    py0, cl0 = snippets(5, "0,1,2,5", list(METHODS), "minilm")
+    py, cl = show_code(py0, cl0)
+
+    def benchmarks(samples, ks, methods, retriever, progress=gr.Progress()):
+        """Run a small k-sweep (the paper's protocol) and return its figures and summary."""
+        yield from run_live(res, samples, ks, methods, retriever, progress)
+
+    run.click(benchmarks, [samples, ks, methods, retriever], [live_loss, live_time, status, data, py, cl],
+              api_name="benchmarks", concurrency_limit=1)
