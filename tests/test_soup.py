@@ -255,7 +255,7 @@ def test_a_decay_is_exact_for_the_ssm_of_the_first_layer(model):
     s2 = model.encode_context(c2, state=window_only)
     mixed = decay_mix(s1, s2, conv="last")
     torch.testing.assert_close(mixed.ssm[0], concat.ssm[0], atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(mixed.conv, concat.conv)
+    torch.testing.assert_close(mixed.conv[0], concat.conv[0])  # c2's last inputs: the same tokens
     assert not torch.allclose(mixed.ssm[1:], concat.ssm[1:], atol=1e-5)  # stacked layers: approximate
 
 
