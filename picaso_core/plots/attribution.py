@@ -74,7 +74,7 @@ def method_heatmap(context_ids: Sequence[str], gold: Sequence[bool], scores: dic
     fig = go.Figure(go.Heatmap(
         z=z, x=[names.get(m, m) for m in methods], y=_labels(context_ids, gold), colorscale=SCALE,
         zmid=0, zmin=-zmax, zmax=zmax, text=[[f"{v:+.2f}" for v in row] for row in z], texttemplate="%{text}",
-        colorbar=dict(title="nats /<br>token"),
+        colorbar=dict(title=dict(text="nats per token", side="right")),
         hovertemplate="%{y}<br>%{x}: %{z:.3f} nats/token<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="context (★ gold)")
     fig.update_xaxes(title="attribution method")
@@ -92,7 +92,7 @@ def token_heatmap(context_ids: Sequence[str], gold: Sequence[bool], tokens: Sequ
     x = [f"{i}:{t}" for i, t in enumerate(shown)]  # unique column keys, even for repeated tokens
     fig = go.Figure(go.Heatmap(
         z=z, x=x, y=_labels(context_ids, gold), colorscale=SCALE, zmid=0, zmin=-zmax, zmax=zmax,
-        colorbar=dict(title="nats"),
+        colorbar=dict(title=dict(text="nats", side="right")),
         hovertemplate="%{y}<br>token %{x}<br>loss rise when left out: %{z:.3f} nats<extra></extra>"))
     fig.update_xaxes(tickvals=x, ticktext=shown, tickangle=-45, title=f"answer token (LOO with {method_name})")
     fig.update_yaxes(autorange="reversed", title="context left out (★ gold)")

@@ -1,0 +1,41 @@
+"""The Attribution tab in headless Chromium: open the tab, run the example, see the bar chart drawn.
+
+Reuses test_browser's `browser` fixture (skips without chromium / selenium) and test_app's launched
+app (`app_url`). Leaves a screenshot at $PICASO_SCREENSHOT_ATTRIBUTION (default
+<tmp>/picaso_attribution.png).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
+from test_browser import browser  # noqa: F401  (headless Chromium)
+
+
+def test_attribution_tab_runs_and_draws_the_bar_chart(browser, app_url):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(app_url)
+    wait = WebDriverWait(browser, 60)
+    tab = wait.until(EC.element_to_be_clickable(
+        (By.XPATH, "//button[@role='tab' and normalize-space()='Attribution']")))
+    tab.click()
+    run = wait.until(EC.element_to_be_clickable((By.ID, "attribution-run")))
+    # the tab opens on a labelled example: query, answer and its contexts already filled in
+    query = browser.find_element(By.CSS_SELECTOR, "#attribution-query textarea")
+    assert query.get_attribute("value") == "Velmora, the city of blue glass, was founded"
+    run.click()
+    bars = browser.find_element(By.ID, "attribution-bars")
+    WebDriverWait(browser, 180).until(lambda d: bars.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg"))
+    assert len(bars.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg g.trace.bars")) >= 8  # a panel per method
+    assert "PICASO-R-LOO" in bars.text and "Concat-LOO" in bars.text
+    heat = browser.find_element(By.ID, "attribution-heatmap")
+    WebDriverWait(browser, 60).until(lambda d: heat.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"))
+    assert browser.find_elements(By.CSS_SELECTOR, ".px-gold")  # the gold context is marked
+    shot = os.environ.get("PICASO_SCREENSHOT_ATTRIBUTION", str(Path(tempfile.gettempdir()) / "picaso_attribution.png"))
+    browser.save_screenshot(shot)
