@@ -103,7 +103,7 @@ def quality_figure(q: dict, layer: int | None = None) -> go.Figure:
                             line=dict(color=color), legendgroup=part, showlegend=col == 1, row=1, col=col,
                             hovertemplate=f"layer %{{x}}: %{{y:{fmt}}}<extra>{part}</extra>")
     fig.add_hline(y=q["chance"], line_dash="dash", line_color="#9ca3af", row=1, col=1,
-                  annotation_text="chance", annotation_position="bottom right")
+                  annotation_text="chance", annotation_position="top left")
     fig.add_hline(y=0, line_color="#d1d5db", row=1, col=2)
     if layer is not None:
         for col in (1, 2):
@@ -111,8 +111,8 @@ def quality_figure(q: dict, layer: int | None = None) -> go.Figure:
     fig.update_xaxes(title="layer", dtick=1)
     fig.update_yaxes(title="accuracy", tickformat=".0%", range=[0, 1.02], row=1, col=1)
     fig.update_yaxes(title="silhouette (-1..1)", row=1, col=2)
-    fig.update_layout(template=TEMPLATE, height=330, margin=dict(l=50, r=10, t=50, b=40),
-                      legend=dict(orientation="h", x=1, xanchor="right", y=1.18))
+    fig.update_layout(template=TEMPLATE, height=360, margin=dict(l=50, r=10, t=40, b=40),
+                      legend=dict(orientation="h", x=0.5, xanchor="center", y=-0.22))
     return fig
 
 

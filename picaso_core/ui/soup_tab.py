@@ -169,7 +169,7 @@ def retrieve(res: Resources, demos: str, layer: int = None, part: str = "ssm", t
     lib = lab_for(res).library()
     state = res.model.encode_context(res.model.tokenizer.encode(demos))
     near = lib.nearest(state, layer, part, top)
-    rows = [{"rank": r + 1, "task": lib.tasks[i], "cosine": round(s, 4), "demonstration": _clip(lib.texts[i], 80)}
+    rows = [{"rank": r + 1, "task": lib.tasks[i], "cosine": round(s, 4), "demonstration": _clip(lib.texts[i].strip().replace("\n", " | "), 90)}
             for r, (i, s) in enumerate(near)]
     return state, pd.DataFrame(rows), {"layer": layer, "part": part, "retrieved": rows}
 
