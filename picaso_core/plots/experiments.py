@@ -151,10 +151,12 @@ def chunk_lengths(lengths: dict | None, title: str = "Chunk lengths (fig. 9)") -
         width = (h["edges"][1] - h["edges"][0]) if len(h["edges"]) > 1 else 1
         fig.add_trace(go.Bar(x=mids, y=h["counts"], width=width, marker_color=color, name=key, showlegend=False,
                              hovertemplate=f"%{{x:.0f}} {key}: %{{y}} chunks<extra></extra>"), row=1, col=col)
-        fig.update_xaxes(title_text=f"{key} per chunk (mean {h['mean']}, median {h['median']})", row=1, col=col)
-    fig.update_yaxes(title_text="chunks", row=1, col=1)
-    return _layout(fig, f"{title}: {lengths.get('n_chunks')} chunks", fig.layout.xaxis.title.text, "chunks",
-                   bargap=0.05)
+    _layout(fig, f"{title}: {lengths.get('n_chunks')} chunks", "", "chunks", bargap=0.05)
+    for col, key in ((1, "chars"), (2, "tokens")):
+        h = lengths[key]
+        unit = "characters" if key == "chars" else "tokens"
+        fig.update_xaxes(title_text=f"{unit} per chunk (mean {h['mean']:.0f}, median {h['median']:.0f})", row=1, col=col)
+    return fig
 
 
 def process_vs_generate(timing: dict | None,
@@ -219,10 +221,11 @@ def all_figures(summary: dict) -> list[tuple[str, str, str, go.Figure]]:
          "its accuracy with n times Concat's tokens (fig. 5).", cost_vs_loss(main)),
         ("bench-qa", "QA, all passages", "Each question composes all its own passages (table 1 row 1).",
          qa_losses(summary.get("qa"), summary.get("paper"))),
-        ("bench-long", "Up to 50 chunks", "Past the model's training length Concat degrades; compositions of "
-         "states stay bounded (fig. 6).", long_sweep(summary.get("long"), meta.get("training_tokens"))),
-        ("bench-retrievers", "Retriever ablation", "PICASO-R with each retriever; a better retriever gives a "
-         "lower loss (fig. 8). Hover for the share of gold chunks retrieved.",
+        ("bench-long", "Up to 50 chunks", "Loss as k grows to 50 chunks, past the model's training length (dashed "
+         "line). In the paper (fig. 6) Concat blows up there while PICASO stays below the baseline.",
+         long_sweep(summary.get("long"), meta.get("training_tokens"))),
+        ("bench-retrievers", "Retriever ablation", "PICASO-R with each retriever; in the paper a better "
+         "retriever gives a lower loss (fig. 8). Hover for the share of gold chunks retrieved.",
          retriever_ablation(summary.get("retrievers"))),
         ("bench-process-vs-generate", "Processing vs generating", "Processing grows with the context; generating "
          "32 tokens from a state does not (fig. 7).", process_vs_generate(summary.get("timing"))),

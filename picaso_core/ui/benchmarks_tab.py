@@ -196,7 +196,7 @@ def render(res: Resources) -> None:
             run = gr.Button("Run sweep", variant="primary", elem_id="bench-run")
         with gr.Column(scale=2, min_width=420):
             status = gr.Markdown("Press **Run sweep**: a few samples take seconds on the demo model.",
-                                 elem_id="bench-status")
+                                 label="Live sweep status", elem_id="bench-status")
             live_loss = gr.Plot(label="Live sweep: loss vs k", elem_id="bench-live-loss")
             live_time = gr.Plot(label="Live sweep: time vs k", elem_id="bench-live-time")
     data = gr.JSON(label="Live sweep summary (per method and k)", elem_id="bench-json")
@@ -208,4 +208,4 @@ def render(res: Resources) -> None:
         yield from run_live(res, samples, ks, methods, retriever, progress)
 
     run.click(benchmarks, [samples, ks, methods, retriever], [live_loss, live_time, status, data, py, cl],
-              api_name="benchmarks", concurrency_limit=1)
+              api_name="benchmarks", concurrency_limit=1, show_progress="minimal")  # figures stay visible as they update

@@ -1,0 +1,80 @@
+"""The Benchmarks tab: the shipped demo run, the live sweep handler (no server), and /benchmarks
+through gradio_client on the launched app (tiny random model, facts corpus: test_app.app_url)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import gradio as gr
+import pytest
+
+from picaso_core import experiments as E
+from picaso_core.evaluate import METHODS
+from picaso_core.ui import benchmarks_tab as B
+from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)
+
+
+def test_the_shipped_demo_run_is_small_and_complete():
+    summary = B.load_shipped()
+    assert summary is not None, f"missing {B.SHIPPED}: {B.SHIPPED_COMMAND}"
+    assert B.SHIPPED.stat().st_size < 100_000
+    main = summary["main"]
+    n = summary["meta"]["samples"]
+    assert main["ks"] == list(range(11)) and main["methods"] == list(METHODS) and main["n_samples"] == n >= 5
+    assert all(x == n for ns in main["n"].values() for x in ns)  # every sample at every k and method
+    k0 = main["ks"].index(0)
+    assert max(main["loss"][m][k0] for m in METHODS) - min(main["loss"][m][k0] for m in METHODS) < 1e-4
+    assert summary["qa"]["methods"].keys() >= {"none", "concat", "picaso_r"}
+    table = B.paper_table(summary)
+    assert list(table["Method"])[0] == "Baseline (none)" and len(table) == 7
+    assert table.loc[table["Method"] == "PICASO-R", "Gain, paper (WikiText)"].item() == "10.1%"
+    assert "Look at" in B.intro(summary)
+    ids = [f[0] for f in B.P.all_figures(summary)]
+    assert "bench-loss-vs-k" in ids and len(ids) == len(set(ids))
+
+
+def test_live_sweep_yields_after_each_sample_with_the_baseline_at_k0(res):  # noqa: F811
+    steps = list(B.run_live(res, samples=2, ks="0,1,2", methods=list(METHODS), retriever="minilm"))
+    assert len(steps) == 2  # one update per sample
+    loss_fig, time_fig, status, summary, py, cl = steps[-1]
+    assert summary["ks"] == [0, 1, 2] and summary["n_samples"] == 2
+    assert all(n == [2, 2, 2] for n in summary["n"].values())
+    at0 = [summary["loss"][m][0] for m in METHODS]
+    assert max(at0) - min(at0) < 1e-5  # k = 0: every method is the baseline
+    assert {t.name for t in loss_fig.data} >= {"Concat", "PICASO-R", "None (baseline)"}
+    assert "2 of 2 samples" in status and "api_name='/benchmarks'" in cl and "run_sweep" in py
+    json.dumps(summary)  # plain data for the gr.JSON output
+    assert all(math.isfinite(x) for x in summary["loss"]["picaso_r"])
+
+
+@pytest.mark.parametrize("retriever", ["bm25", "random"])
+def test_live_sweep_with_other_retrievers_adds_the_baseline(res, retriever):  # noqa: F811
+    *_, (_, _, _, summary, _, _) = B.run_live(res, samples=1, ks="1", methods=["picaso_r"], retriever=retriever)
+    assert summary["methods"] == ["none", "picaso_r"] and summary["retriever"] == retriever
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(ks="a"), "k list"), (dict(ks="0,20"), "k up to 10"), (dict(ks=""), "at least one k"),
+    (dict(samples=0), "samples must be"), (dict(methods=[]), "pick methods"), (dict(methods=["nope"]), "unknown"),
+    (dict(retriever="tfidf"), "unknown retriever"),
+])
+def test_live_sweep_rejects_bad_input_with_a_message(res, kw, message):  # noqa: F811
+    args = dict(samples=1, ks="0,1", methods=["none", "picaso_r"], retriever="minilm") | kw
+    with pytest.raises(gr.Error, match=message):
+        next(B.run_live(res, **args))
+
+
+def test_benchmarks_endpoint_through_gradio_client(app_url):  # noqa: F811
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/benchmarks"]
+    labels = [r["label"] for r in api["returns"]]
+    assert len(labels) == 6 and not any(lbl.startswith("value_") for lbl in labels)
+    out = client.predict(samples=2, ks="0,1", methods=["none", "picaso_r"], retriever="bm25", api_name="/benchmarks")
+    summary = out[3]
+    assert summary["ks"] == [0, 1] and summary["methods"] == ["none", "picaso_r"] and summary["retriever"] == "bm25"
+    assert summary["n"]["picaso_r"] == [2, 2]
+    with pytest.raises(Exception, match="k up to 10"):
+        client.predict(samples=1, ks="0,50", methods=["none"], retriever="minilm", api_name="/benchmarks")

@@ -1,0 +1,53 @@
+"""Headless Chromium: the Benchmarks tab shows the shipped run's figures at once and runs a live
+sweep; an experiments report.html opens offline with every figure drawn. Screenshots are left in
+$PICASO_SCREENSHOT_DIR (default: the temp folder) to look at."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from picaso_core import experiments as E
+from picaso_core.ui import benchmarks_tab as B
+from test_app import app_url  # noqa: F401
+from test_browser import browser  # noqa: F401
+
+SHOTS = Path(os.environ.get("PICASO_SCREENSHOT_DIR", tempfile.gettempdir()))
+
+
+def test_benchmarks_tab_shows_the_demo_run_and_runs_a_sweep(browser, app_url):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(app_url)
+    wait = WebDriverWait(browser, 90)
+    tab = wait.until(lambda d: [b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text == B.TITLE])
+    tab[0].click()
+    # the shipped run's figures are drawn without any click
+    assert wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#bench-loss-vs-k .js-plotly-plot"))
+    assert "Look at" in browser.find_element(By.ID, "bench-intro").text
+    assert "PICASO-R" in browser.find_element(By.ID, "bench-paper-vs-ours").text
+    run = browser.find_element(By.ID, "bench-run")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", run)
+    run.click()
+    WebDriverWait(browser, 180).until(lambda d: "samples** done" in d.find_element(By.ID, "bench-status").text
+                                      or "samples done" in d.find_element(By.ID, "bench-status").text)
+    assert wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#bench-live-loss .js-plotly-plot"))
+    browser.save_screenshot(str(SHOTS / "picaso_benchmarks_tab.png"))
+
+
+def test_report_html_opens_offline_with_every_figure(browser, tmp_path):  # noqa: F811
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    summary = B.load_shipped()
+    path = tmp_path / "report.html"
+    E.write_report(summary, path)
+    browser.get(path.as_uri())
+    n_figs = len(B.P.all_figures(summary))
+    drawn = WebDriverWait(browser, 60).until(
+        lambda d: d.execute_script("return document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
+                                   f"{n_figs} ? document.querySelectorAll('.js-plotly-plot').length : 0"))
+    assert drawn == n_figs
+    assert "Paper vs ours" in browser.page_source and "10.1%" in browser.page_source
+    browser.save_screenshot(str(SHOTS / "picaso_report.png"))
