@@ -337,9 +337,10 @@ def python_snippet(res: Resources, run: dict, contexts: list[Context]) -> str:
     """picaso_core code that recomputes this run's table (same contexts, same stored states)."""
     corpus = res.corpus.name if res.corpus.name in ("demo", "wikitext", "msmarco") else f"path/to/{res.corpus.name}.jsonl"
     ids = [c.cid for c in contexts]
+    sample = next((x for x in res.corpus.samples if x.sample_id == run["example"] and x.query == run["query"]), None)
+    exclude = f", exclude={list(sample.exclude_ids)!r}" if sample is not None and sample.exclude_ids else ""
     how = ("picked by hand" if run["contexts"] else
-           f"= [c for c, _ in res.retriever.retrieve(query, {len(ids)}, best_last={run['most_relevant_last']})]"
-           + (" (the example's own chunks excluded)" if run["example"] else ""))
+           f"= [c for c, _ in res.retriever.retrieve(query, {len(ids)}{exclude}, best_last={run['most_relevant_last']})]")
     cont = "tok.encode(continuation)" if run["continuation"] else "[tok.eos_id]  # no continuation: losses meaningless"
     methods = tuple(m for m, *_ in METHODS)
     return (
