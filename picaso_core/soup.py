@@ -237,9 +237,10 @@ def pca(x: np.ndarray, dim: int) -> np.ndarray:
     """Centred PCA scores [n, dim] through the n x n Gram matrix (n states << D features: an
     eigendecomposition of n x n instead of an SVD of n x D). Each axis's sign is fixed so that its
     largest-magnitude score is positive: the same map on every run."""
-    x = torch.from_numpy(np.asarray(x, dtype=np.float64))
+    x = torch.from_numpy(np.asarray(x, dtype=np.float32))
     x = x - x.mean(0)
-    gram = x @ x.T  # [n, n]
+    # The n x n Gram matrix in float32 (the costly product: n^2 D), its eigendecomposition in float64.
+    gram = (x @ x.T).double()  # [n, n]
     vals, vecs = torch.linalg.eigh(gram)  # ascending
     dim = min(dim, x.shape[0])
     vals, vecs = vals.flip(0)[:dim], vecs.flip(1)[:, :dim]

@@ -110,7 +110,7 @@ def test_pca_matches_numpy_svd():
     u, s, _ = np.linalg.svd(xc, full_matrices=False)
     ref = u[:, :3] * s[:3]
     for j in range(3):  # equal up to the sign of each axis
-        assert np.allclose(np.abs(z[:, j]), np.abs(ref[:, j]), atol=1e-8)
+        assert np.allclose(np.abs(z[:, j]), np.abs(ref[:, j]), atol=1e-4)
         assert abs(z[:, j]).max() == z[np.argmax(abs(z[:, j])), j]  # sign fixed: largest score positive
 
 
