@@ -1,0 +1,77 @@
+"""The Dockerfile's contract, checked without a container builder (none can run on the machines
+these tests were written on: README "Deploying as a Hugging Face Space"): it serves app.py on
+0.0.0.0:7860 as user 1000, and its pre-encoding step fills the very store the app then opens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
+    lines, out, buf = (ROOT / "Dockerfile").read_text().splitlines(), [], ""
+    for line in lines:
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        buf += line.rstrip()
+        if buf.endswith("\\"):
+            buf = buf[:-1] + " "
+            continue
+        word, _, rest = buf.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    return out
+
+
+def image_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in instructions():
+        if word == "ENV":
+            env.update(dict(kv.split("=", 1) for kv in shlex.split(rest)))
+    return env
+
+
+def test_serves_app_py_on_port_7860_of_every_interface_as_user_1000():
+    ins = instructions()
+    words = [w for w, _ in ins]
+    assert ("EXPOSE", "7860") in ins
+    cmd = [json.loads(rest) for w, rest in ins if w == "CMD"]
+    assert cmd == [["python", "app.py"]]  # exec form: app.py gets the signals, no shell between
+    assert any(w == "RUN" and re.search(r"useradd .*--uid 1000 user\b", rest) for w, rest in ins)
+    user_at = max(i for i, w in enumerate(words) if w == "USER")
+    assert ins[user_at] == ("USER", "user") and user_at < words.index("CMD")
+    args = app.parse_args([], image_env())  # what CMD's app.py reads inside the image
+    assert (args.host, args.port, args.model, args.corpus) == ("0.0.0.0", 7860, "demo", "demo")
+    assert args.cache_dir == image_env()["PICASO_CACHE"] == image_env()["HOME"] + "/.cache/picaso_explorer"
+
+
+def test_the_pre_encoding_step_fills_the_store_the_app_opens(tmp_path):
+    """Run the Dockerfile's pre-encoding RUN command as it is written, with HOME moved to a temporary
+    folder; then the app, reading the image's PICASO_CACHE, finds every demo context encoded."""
+    (run,) = [rest for w, rest in instructions() if w == "RUN" and "encode_all=True" in rest]
+    env_part, _, command = run.partition(" python ")
+    home = tmp_path / "home"
+    env = {k: v.replace("/home/user", str(home)) for k, v in image_env().items() if k != "PATH"}
+    env.update(dict(kv.split("=", 1) for kv in env_part.split()))
+    argv = [sys.executable] + shlex.split(command)
+    child_env = {k: v for k, v in {**os.environ, **env}.items() if k != "XDG_CACHE_HOME"}  # the image has none
+    done = subprocess.run(argv, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from picaso_core.ui.resources import load_resources
+
+    args = app.parse_args([], env)
+    res = load_resources(args.model, args.corpus, args.split, args.cache_dir, log=lambda msg: None)
+    assert len(res.store) == len(res.database) > 0, f"{len(res.store)} of {len(res.database)} encoded"
+    assert str(res.store.folder).startswith(str(home / ".cache" / "picaso_explorer"))
+
