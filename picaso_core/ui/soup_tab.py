@@ -347,7 +347,7 @@ def render(res: Resources) -> None:
             place = gr.Button("Place my demonstrations", elem_id="soup-place")
         with gr.Column(scale=3, min_width=480):
             fig = gr.Plot(label="Skill map", elem_id="soup-map")
-            summary = gr.Markdown(elem_id="soup-summary")
+            summary = gr.Markdown(label="Summary", elem_id="soup-summary")
     quality = gr.Plot(label="Where tasks separate: per layer, SSM vs conv", elem_id="soup-quality")
     retrieved = gr.Dataframe(label="Nearest library states to your demonstration", interactive=False,
                              elem_id="soup-retrieved")
@@ -362,9 +362,9 @@ def render(res: Resources) -> None:
         curves_part = gr.Radio([("SSM state", "ssm"), ("conv state", "conv")], value="ssm", label="Retrieve by")
         curves = gr.Button("Run retrieval and mixing", variant="primary", elem_id="soup-curves-run")
     ret_fig = gr.Plot(label="Retrieval accuracy vs k", elem_id="soup-retrieval")
-    ret_summary = gr.Markdown()
+    ret_summary = gr.Markdown(label="Retrieval summary")
     mix_fig = gr.Plot(label="Mixing", elem_id="soup-mixing")
-    mix_summary = gr.Markdown()
+    mix_summary = gr.Markdown(label="Mixing summary")
     with gr.Accordion("Mixing table and data", open=False):
         mix_table = gr.Dataframe(label="Mixing rows", interactive=False)
         ret_data = gr.JSON(label="Retrieval data")
@@ -381,7 +381,7 @@ def render(res: Resources) -> None:
     with gr.Row():
         w = gr.Slider(0, 1, value=0.5, step=0.05, label="w (weight of task A)", elem_id="soup-w")
         mix2 = gr.Button("Mix the two skills", variant="primary", elem_id="soup-two-run")
-    two_summary = gr.Markdown()
+    two_summary = gr.Markdown(label="Two-task summary")
     two_fig = gr.Plot(label="Answer losses vs w", elem_id="soup-two")
     with gr.Accordion("Generations at every w", open=False):
         two_table = gr.Dataframe(label="Generations", interactive=False)
@@ -394,7 +394,7 @@ def render(res: Resources) -> None:
         chunk_tokens = gr.Slider(16, 200, value=100, step=4, label="Tokens per chunk")
         documents = gr.Slider(1, 50, value=10, step=1, label="Windows")
         decay_run = gr.Button("Compare", variant="primary", elem_id="soup-decay-run")
-    decay_summary = gr.Markdown()
+    decay_summary = gr.Markdown(label="A-decay summary")
     decay_fig = gr.Plot(label="Loss on the test chunk", elem_id="soup-decay")
     with gr.Accordion("A-decay data", open=False):
         decay_table = gr.Dataframe(label="Mean loss per method", interactive=False)
