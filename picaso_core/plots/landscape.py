@@ -64,10 +64,10 @@ def plane_figure(p: dict, title: str, view: str = "contour", z: tuple[float, flo
                                      marker=dict(size=15 if symbol == "star" else 12, symbol=symbol, color=color,
                                                  line=dict(color="black", width=1)),
                                      hovertext=[_hover_mark(m)], hoverinfo="text"))
-        fig.update_xaxes(title_text="e₁: distance in state space (along anchor 1 → 2)", range=[xs[0], xs[-1]],
-                         constrain="domain")
+        fig.update_xaxes(title_text="e₁: distance in state space (along the first two anchors)", range=[xs[0], xs[-1]])
+        # equal scales: a distance on screen is the same distance in state space in every direction
         fig.update_yaxes(title_text="e₂: distance in state space", range=[ys[0], ys[-1]], scaleanchor="x",
-                         scaleratio=1, constrain="domain")
+                         scaleratio=1)
     else:
         fig.add_trace(go.Surface(x=xs, y=ys, z=loss, cmin=zmin, cmax=zmax, colorscale=COLORSCALE,
                                  showscale=showscale, colorbar=colorbar, opacity=0.92, name="loss",
@@ -114,7 +114,8 @@ def line_figure(soup_line: dict, caso_line: dict, height: int = 360) -> go.Figur
             hovertemplate="t %{customdata:.2f}<br>distance %{x:.3g}<br>loss %{y:.3f}<extra></extra>"))
         ends = [i for i, t in enumerate(ln["ts"]) if t in (0.0, 1.0)]
         fig.add_trace(go.Scatter(x=[x[i] for i in ends], y=[ln["loss"][i] for i in ends], mode="markers+text",
-                                 text=[a, b][: len(ends)], textposition="top center", showlegend=False,
+                                 text=[a, b][: len(ends)], showlegend=False,
+                                 textposition="top center" if key == "soup" else "bottom center",
                                  marker=dict(size=9, color=LINE_COLORS[key], line=dict(color="black", width=1)),
                                  hoverinfo="skip"))
     avg = soup_line["n_samples"]
