@@ -788,6 +788,13 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
 
     model = load_model(args.model, device=args.device)
     model.name_or_path = args.model
+    # records are keyed without the model: a folder holds one model's run on one corpus split
+    ident = {"fingerprint": model.fingerprint(), "corpus": args.corpus, "split": args.split}
+    run_file = out / "run.json"
+    if run_file.is_file() and json.loads(run_file.read_text()) != ident:
+        sys.exit(f"error: {out} holds a run of {json.loads(run_file.read_text())}, not {ident}; "
+                 "pass another --out (or delete the folder) so its records are not reused")
+    run_file.write_text(json.dumps(ident))
     corpus = load_corpus(args.corpus, args.split)
     qa_name = args.qa
     if qa_name == "auto":

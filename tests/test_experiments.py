@@ -219,6 +219,9 @@ def test_cli_on_3_samples_writes_the_four_files(tiny_model_dir, tmp_path, monkey
     # a rerun finds everything done and leaves the records as they were
     E.main(argv, embedder=BagOfWords())
     assert [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()] == recs
+    # another corpus (or model) in the same folder is refused: its records would be reused
+    with pytest.raises(SystemExit, match="another --out"):
+        E.main([*argv[:2], "--corpus", "demo", *argv[4:]], embedder=BagOfWords())
 
 
 def test_online_retrievers_skip_with_a_clear_message_offline(monkeypatch):
