@@ -32,12 +32,12 @@ MAX_NEW_TOKENS = 64
 EXAMPLES_SHOWN = 300  # corpus examples offered in the picker
 ENDPOINT = "/compose"
 DEFAULTS = dict(k=5, contexts=[], most_relevant_last=True, max_new_tokens=24, example=None)  # the API's defaults
-# Requests served at once (gradio's per-event concurrency_limit). Measured on 2 CPU cores with 10
-# concurrent clients (bench/app_latency.py --concurrency, README "The app"): torch already uses
-# both cores inside one request, so running two at once does not raise throughput; with 1, a light
-# request waits behind every heavy one. 2 lets a light request start while a heavy one runs at
-# the same total throughput. The model is shared read-only (forward and generate keep no state on
-# the module; the store's ensure is locked; the Rust tokenizer's encode takes &self).
+# Requests served at once (gradio's per-event concurrency_limit; PICASO_COMPOSE_CONCURRENCY overrides).
+# 2 lets a light request start while a heavy one runs; the model is shared read-only (forward and
+# generate keep no state on the module; the store's ensure is locked; the Rust tokenizer's encode
+# takes &self), and 10 concurrent clients get exactly their serial answers (tests/test_concurrency.py).
+# NOT yet chosen from a measurement: `python bench/app_latency.py --concurrency 1,2,4 --skip-build`
+# compares limits (10 clients at once vs in series); it did not finish on the overloaded machine.
 CONCURRENCY = int(os.environ.get("PICASO_COMPOSE_CONCURRENCY", 2))
 
 # (method id in picaso_core.evaluate, label, one line for the legend, colour)
