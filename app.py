@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     demo = build_app(res)
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    # Each event sets its own concurrency_limit (Compose: 2, measured; see compose_tab.CONCURRENCY);
+    # Each event sets its own concurrency_limit (Compose: 2, see compose_tab.CONCURRENCY);
     # events that set none run one at a time, gradio's default.
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS,
                                                    show_error=True)
