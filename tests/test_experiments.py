@@ -14,7 +14,7 @@ import math
 import pytest
 
 from picaso_core import experiments as E
-from picaso_core.data import RetrievalSample, write_samples
+from picaso_core.data import write_samples
 from picaso_core.data.hub import msmarco_corpus, wikitext_corpus
 from picaso_core.loading import load_model
 from picaso_core.retrieval import Retriever
