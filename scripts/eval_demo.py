@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from picaso_core import load_model  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.data.demo_world import CONTEXT_SEP  # noqa: E402
-from picaso_core.data.demo_world import DEFAULT_MIX  # noqa: E402
+from picaso_core.data.demo_world import MIXES  # noqa: E402
 from picaso_core.skill_eval import mean_accuracy, skill_accuracy  # noqa: E402
 from picaso_core.evaluate import METHOD_NAMES, METHODS, evaluate_samples  # noqa: E402
 from picaso_core.data.skills import load_skill_tasks  # noqa: E402
@@ -128,8 +128,8 @@ def _phase_line(p: dict) -> str:
     a = p.get("args", {})
     src = "continued from the previous phase" if a.get("init") else "from random weights"
     drills = f", copy drills {a['copy_drills']:.0%}" if a.get("copy_drills") else ""
-    defaults = {"lr": 3e-3, "minutes": 55.0, "warmup": 100, "seed": 0, "copy_drills": 0.15}
-    flags = "".join(f" --{k.replace('_', '-')} {a[k]}" for k in ("init", "minutes", "lr", "warmup", "seed")
+    defaults = {"lr": 3e-3, "minutes": 55.0, "warmup": 100, "seed": 0, "copy_drills": 0.15, "mix": "v1"}
+    flags = "".join(f" --{k.replace('_', '-')} {a[k]}" for k in ("init", "mix", "minutes", "lr", "warmup", "seed")
                     if a.get(k) is not None and a.get(k) != defaults.get(k))
     return (f"  - `python scripts/train_demo.py{flags}` ({src}): {p.get('minutes', '?')} min on 2 CPU cores, {p.get('steps', '?')} steps of "
             f"{a.get('batch', '?')} x {a.get('seq_len', '?')} tokens = {p.get('tokens', 0) / 1e6:.1f}M tokens, "
@@ -160,8 +160,9 @@ def model_card(folder: Path, ev: dict, note: str = "") -> str:
     order = sorted(METHODS, key=lambda m: -r["gain_vs_none"][m])
     losses = [(e["step"], e["loss"]) for e in log.get("log", [])]
     args = log.get("args", {})
-    mix = ", ".join(f"{k} {v:.0%}" for k, v in DEFAULT_MIX.items())
-    acc_curve = (f"\n- Skill accuracy over the last phase (mean over the base tasks, greedy exact match, "
+    mix = ", ".join(f"{k} {v:.0%}" for k, v in MIXES[args.get("mix", "v1")].items())
+    acc_curve = (f"\n- Skill accuracy over the last phase (mean over the base tasks, greedy exact match on the first "
+                 f"{ev.get('curve_items', '?')} test items of each task, "
                  f"`python scripts/eval_demo.py --curve <out>/checkpoints`):\n\n{curve_table(ev['curve'])}\n"
                  if ev.get("curve") else "")
     sk = ev["skills"]
@@ -235,6 +236,7 @@ def main(argv=None) -> None:
     ap.add_argument("--skill-items", type=int, default=None, help="ask at most this many test items per task "
                     "(default: all of them)")
     ap.add_argument("--curve", default=None, help="a folder of checkpoints: add their skill accuracy curve to eval.json")
+    ap.add_argument("--curve-items", type=int, default=8, help="test items per task for each checkpoint of the curve")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-card", action="store_true", help="print results only; write nothing")
     ap.add_argument("--note", default="", help="a sentence added to the card's training section")
@@ -260,8 +262,8 @@ def main(argv=None) -> None:
     r = evaluate_samples(model, samples, context_suffix=CONTEXT_SEP, progress=progress("retrieval"))
     q = evaluate_samples(model, qa_samples, context_suffix=CONTEXT_SEP, progress=progress("qa"))
     skills = skill_eval(model, args.seed, args.skill_items)
-    curve = accuracy_curve(Path(args.curve), args.seed, args.skill_items) if args.curve else []
-    ev = {"retrieval": summarise(r), "qa": summarise(q), "skills": skills, "curve": curve,
+    curve = accuracy_curve(Path(args.curve), args.seed, args.curve_items) if args.curve else []
+    ev = {"retrieval": summarise(r), "qa": summarise(q), "skills": skills, "curve": curve, "curve_items": args.curve_items,
           "gold_last_rate": gold_last_rate(samples), "seconds": time.time() - t0}
     print(r.table(), "\n\n", q.table(), "\n\n", skill_table(skills["base"], skills["shuffled"], skills["n_items"]), sep="")
     rr = ev["retrieval"]

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import ModelConfig, SSMLanguageModel, load_model  # noqa: E402
 from picaso_core.init import mimetic_init_  # noqa: E402
-from picaso_core.data.demo_world import CONTEXT_SEP, render_parts, training_examples  # noqa: E402
+from picaso_core.data.demo_world import CONTEXT_SEP, MIXES, render_parts, training_examples  # noqa: E402
 from picaso_core.loading import ASSETS, save_model  # noqa: E402
 from picaso_core.tokenizer import Tokenizer  # noqa: E402
 
@@ -55,7 +55,8 @@ def copy_drill(example: dict, rng: random.Random) -> str | None:
 POOL = 16  # documents the packer chooses from when filling a row
 
 
-def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int, copy_drills: float = 0.0):
+def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int, copy_drills: float = 0.0,
+                   mix: dict[str, float] | None = None):
     """Yield (inputs, targets), LongTensors [batch, seq_len], of WHOLE documents packed into rows:
     ctx1\\n\\nctx2...\\n\\nquery cont<eos>, or with probability `copy_drills` a copy drill made from the
     example's contexts instead.
@@ -65,7 +66,7 @@ def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int, copy_dri
     <eos> and its targets are -100 (no loss); rows are filled first-fit from a pool of POOL
     documents, so little is padding. Documents longer than a row are skipped.
     Contexts appear in a random order (the generator shuffles them), which is what Concat sees."""
-    stream = training_examples(seed)
+    stream = training_examples(seed, mix=mix)
     rng = random.Random(seed)
     pool: list[list[int]] = []  # documents waiting for a row, oldest first
 
@@ -108,6 +109,8 @@ def main(argv=None) -> None:
     ap.add_argument("--init-scheme", choices=("mimetic", "default"), default="mimetic",
                     help="mimetic (picaso_core/init.py: layers start as previous-token-key linear attention, "
                     "so copying from context is learnt in minutes) or mamba_ssm's default; ignored with --init")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="v1", help="document shares of the stream "
+                    "(demo_world.MIXES): v1 trained the bundled model; v2 adds knowledge passages for the skills")
     ap.add_argument("--copy-drills", type=float, default=0.15, help="share of documents that are copy drills")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     ap.add_argument("--log-every", type=int, default=25)
@@ -145,7 +148,7 @@ def main(argv=None) -> None:
 
     step_loss = lm_loss if args.no_compile else torch.compile(lm_loss, dynamic=False)
     budget = args.minutes * 60
-    batches = packed_batches(tok, args.seed, args.batch, args.seq_len, args.copy_drills)
+    batches = packed_batches(tok, args.seed, args.batch, args.seq_len, args.copy_drills, MIXES[args.mix])
     log, t0, step, tokens = [], time.time(), 0, 0
     model.train()
     while True:

@@ -28,7 +28,7 @@ from picaso_core.data import (
     write_samples,
 )
 from picaso_core.data import hub
-from picaso_core.data.demo_world import build_world, qa_sample, retrieval_sample
+from picaso_core.data.demo_world import MIXES, build_world, qa_sample, retrieval_sample
 from picaso_core.data.skills import ARROW, SHUFFLED_SUFFIX
 from picaso_core.data.world import COMPANY_SUFFIXES, ENTITY_TYPES, draw_value, mentions, name_split
 from picaso_core.tokenizer import HUB_TIMEOUT_S
@@ -62,7 +62,9 @@ def test_training_examples_are_deterministic_per_seed():
     c = list(itertools.islice(training_examples(8), 60))
     assert a == b
     assert a != c
-    assert {e["kind"] for e in a} == {"retrieval", "qa", "skill", "knowledge", "passage"}
+    assert {e["kind"] for e in a} == {"retrieval", "qa", "skill", "passage"}
+    v2 = list(itertools.islice(training_examples(7, mix=MIXES["v2"]), 60))
+    assert {e["kind"] for e in v2} == {"retrieval", "qa", "skill", "knowledge", "passage"}
 
 
 def test_bundled_assets_match_the_generator():
@@ -437,7 +439,7 @@ def test_every_test_item_is_stated_in_the_knowledge_passages_and_never_demonstra
         for q, a in pairs:
             assert any(_mentions(p, q, a) for p in passages), (task, q, a)
     # the training stream: knowledge examples state test items too, skill demonstrations never do
-    stream = list(itertools.islice(training_examples(0), 1500))
+    stream = list(itertools.islice(training_examples(0, mix=MIXES["v2"]), 1500))
     knowledge = [render_concat(e) for e in stream if e["kind"] == "knowledge"]
     skills = [e for e in stream if e["kind"] == "skill"]
     assert len(knowledge) > 400 and len(skills) > 300

@@ -31,7 +31,7 @@ def test_rows_hold_whole_documents_and_padding_has_no_loss(train_demo, monkeypat
     # document i is i+1 tokens long (after the query), its tokens are 1000*i + 1, 1000*i + 2, ...
     lengths = [5, 30, 12, 64, 3, 40, 70, 8, 25, 50, 9, 33] * 4
 
-    def docs(seed):
+    def docs(seed, mix=None):
         for i, n in enumerate(itertools.cycle(lengths)):
             words = " ".join(f"w{1000 * (i + 1) + j}" for j in range(n))
             yield {"kind": "passage", "contexts": [], "query": words, "continuation": ""}

@@ -27,10 +27,17 @@ from picaso_core.data.skills import format_demos, format_query, load_skill_tasks
 from picaso_core.data.world import ENTITY_TYPES, Entity, make_entity, make_name, mentions
 
 CONTEXT_SEP = "\n\n"
-# v2 mixture: knowledge passages (knowledge.py) state every skill mapping in prose, so that skill
-# demonstrations only have to name the task (State Soup's setting); retrieval / QA keep most of the
-# most of the tokens (retrieval examples are ~5x longer) so the composition results hold. (v1: retrieval 0.45, qa 0.2, skill 0.2, passage 0.15.)
-DEFAULT_MIX = {"retrieval": 0.2, "qa": 0.1, "skill": 0.3, "knowledge": 0.35, "passage": 0.05}
+# Document shares of the training stream. "v1" trained the bundled model. "v2" adds knowledge
+# passages (knowledge.py) that state every skill mapping in prose, so that skill demonstrations only
+# have to name the task (State Soup's setting), and keeps retrieval / QA at most of the tokens
+# (retrieval examples are ~5x longer) so the composition results hold; a 50-minute v2 phase on top of
+# v1 did not yet teach the skills (model card and README), so v1 stays the default.
+MIXES = {
+    "v1": {"retrieval": 0.45, "qa": 0.2, "skill": 0.2, "passage": 0.15},
+    "v2": {"retrieval": 0.2, "qa": 0.1, "skill": 0.3, "knowledge": 0.35, "passage": 0.05},
+}
+DEFAULT_MIX = MIXES["v1"]
+KINDS = ("retrieval", "qa", "skill", "knowledge", "passage")
 MAX_CONTEXTS = 5  # gold + distractors per sample (paper: 3-5 candidates is the demo's regime)
 
 
@@ -215,7 +222,7 @@ def training_examples(
     Args:
         seed: the stream is a pure function of (seed, split, mix, max_shots).
         split: "train" or "test"; names (and skill items) of one split never occur in the other.
-        mix: kind -> weight over "retrieval", "qa", "skill", "knowledge", "passage" (default DEFAULT_MIX).
+        mix: kind -> weight over KINDS (default DEFAULT_MIX; MIXES has the named presets).
         max_shots: upper bound of k for skill demonstrations (the paper uses 32-shot states).
     Contexts are in random order (PICASO composes them order-free); "passage" examples have no
     contexts (query = intro, continuation = the entity's whole article); "knowledge" examples are
@@ -223,9 +230,9 @@ def training_examples(
     demonstrations and queries use the split's items only.
     """
     mix = dict(DEFAULT_MIX if mix is None else mix)
-    unknown = set(mix) - set(DEFAULT_MIX)
+    unknown = set(mix) - set(KINDS)
     if unknown or not mix or min(mix.values()) < 0 or sum(mix.values()) <= 0:
-        raise ValueError(f"mix must map kinds among {sorted(DEFAULT_MIX)} to non-negative weights, got {mix}")
+        raise ValueError(f"mix must map kinds among {sorted(KINDS)} to non-negative weights, got {mix}")
     rng = random.Random(seed)
     tasks = load_skill_tasks(split, include_shuffled=False)
     facts = knowledge_items()
