@@ -232,7 +232,7 @@ class Landscape:
         }
 
 
-def _r(v, digits: int = 6):
+def _r(v, digits: int = 8):
     """Round floats inside nested lists / arrays for JSON."""
     if v is None:
         return None
