@@ -346,7 +346,7 @@ def render(res: Resources) -> None:
                 answer = gr.Textbox("", label="Answer to attribute", lines=2, scale=4, elem_id="attribution-answer",
                                     info="empty: the model's own answer from the PICASO-R composition")
                 gen = gr.Button("Model's answer", scale=1, elem_id="attribution-generate")
-            picked = gr.Dropdown(context_choices(res), value=c0, multiselect=True, label="Contexts, in order",
+            picked = gr.Dropdown(context_choices(res), value=[], multiselect=True, label="Contexts, in order",
                                  info=f"empty: retrieve the top k (at most {MAX_CONTEXTS})", elem_id="attribution-contexts")
             k = gr.Slider(1, min(MAX_CONTEXTS, len(res.database)), value=min(5, len(res.database)), step=1,
                           label="k: contexts to retrieve when none are picked")
