@@ -22,11 +22,7 @@ import os
 
 import gradio as gr
 
-from picaso_core.ui import compose_tab
-from picaso_core.ui import attribution_tab
-from picaso_core.ui import landscape_tab
-from picaso_core.ui import soup_tab
-from picaso_core.ui import benchmarks_tab
+from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_tab
 from picaso_core.ui.layout import CSS, THEME, header
 from picaso_core.ui.resources import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, Resources, load_resources
 
