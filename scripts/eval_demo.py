@@ -79,14 +79,16 @@ def skill_table(acc: dict[str, dict[int, float]], shuffled: dict[str, dict[int, 
                 n_items: dict[str, int] | None = None) -> str:
     ks = sorted({k for by_k in acc.values() for k in by_k})
     sh = f" | shuffled labels, k={SHUFFLED_K}" if shuffled else ""
-    rows = ["| task | items | " + " | ".join(f"k={k}" for k in ks) + sh + " |", "|---" * (len(ks) + 2 + bool(shuffled)) + "|"]
+    items = " items |" if n_items else ""
+    rows = [f"| task |{items} " + " | ".join(f"k={k}" for k in ks) + sh + " |",
+            "|---" * (len(ks) + 1 + bool(n_items) + bool(shuffled)) + "|"]
     for task, by_k in acc.items():
         s = f" | {100 * shuffled[task + '_shuffled'][SHUFFLED_K]:.0f}%" if shuffled else ""
-        n = (n_items or {}).get(task, "")
-        rows.append(f"| {task} | {n} | " + " | ".join(f"{100 * by_k[k]:.0f}%" for k in ks) + s + " |")
+        n = f" {n_items[task]} |" if n_items else ""
+        rows.append(f"| {task} |{n} " + " | ".join(f"{100 * by_k[k]:.0f}%" for k in ks) + s + " |")
     mean = mean_accuracy(acc)
     s = f" | **{100 * mean_accuracy(shuffled)[SHUFFLED_K]:.0f}%**" if shuffled else ""
-    rows.append("| **mean** | | " + " | ".join(f"**{100 * mean[k]:.0f}%**" for k in ks) + s + " |")
+    rows.append("| **mean** |" + (" |" if n_items else "") + " " + " | ".join(f"**{100 * mean[k]:.0f}%**" for k in ks) + s + " |")
     return "\n".join(rows)
 
 
@@ -97,6 +99,13 @@ def skill_eval(model, seed: int, max_items: int | None = None) -> dict:
     test = load_skill_tasks("test", include_shuffled=False)
     return {"base": base, "shuffled": shuffled, "n_items": {t: len(test[t][:max_items]) for t in base},
             "mean": mean_accuracy(base), "mean_shuffled": mean_accuracy(shuffled)[SHUFFLED_K]}
+
+
+SKILLS_HEAD = """### In-context skills (greedy exact match on every held-out item; `picaso_core/skill_eval.py`)
+Demonstrations from each task's train items, the query from its test items (known to the model as
+facts from the knowledge passages, never demonstrated); k = 0 is the bare `question →` line; the
+shuffled column asks the same questions after 16 demonstrations with permuted labels and expects the
+permuted label."""
 
 
 def accuracy_curve(folder: Path, seed: int, max_items: int | None) -> list[dict]:
@@ -165,10 +174,26 @@ def model_card(folder: Path, ev: dict, note: str = "") -> str:
                  f"{ev.get('curve_items', '?')} test items of each task, "
                  f"`python scripts/eval_demo.py --curve <out>/checkpoints`):\n\n{curve_table(ev['curve'])}\n"
                  if ev.get("curve") else "")
+    knowledge = ("" if "knowledge" not in MIXES[args.get("mix", "v1")] else
+                 ", knowledge passages that state every skill pair in prose or glossary lists, train and test items "
+                 "alike, never in the arrow format (knowledge, `picaso_core/data/knowledge.py`: the skill facts are "
+                 "meant to be memorised, as a pre-trained model knows capitals, so a held-out skill query asks a fact "
+                 "the model has read but never seen demonstrated)")
     sk = ev["skills"]
-    skills_md = skill_table({t: {int(k): v for k, v in a.items()} for t, a in sk["base"].items()},
-                            {t: {int(k): v for k, v in a.items()} for t, a in sk["shuffled"].items()}, sk["n_items"])
-    mean = {int(k): v for k, v in sk["mean"].items()}
+    if "base" in sk:
+        skills_md = skill_table({t: {int(k): v for k, v in a.items()} for t, a in sk["base"].items()},
+                                {t: {int(k): v for k, v in a.items()} for t, a in sk["shuffled"].items()}, sk["n_items"])
+        mean = {int(k): v for k, v in sk["mean"].items()}
+        skills_head = SKILLS_HEAD
+        skills_tail = (f"Mean over the base tasks: {100 * mean[0]:.0f}% with no demonstration, {100 * mean[1]:.0f}% / "
+                       f"{100 * mean[4]:.0f}% / {100 * mean[16]:.0f}% at k = 1 / 4 / 16; {100 * sk['mean_shuffled']:.0f}% "
+                       f"on the shuffled variants at k = 16.")
+    else:  # an eval.json written before skill_eval.py: random draws of test items, no k = 0 or shuffled probe
+        skills_md = skill_table({t: {int(k): v for k, v in a.items()} for t, a in sk.items()})
+        skills_head = (f"### In-context skills (greedy exact match, {ev.get('skill_queries', '?')} random held-out "
+                       "queries per task and k; evaluated before `picaso_core/skill_eval.py` existed)")
+        skills_tail = ("The knowledge tasks cannot be answered: their held-out items occur nowhere in this model's "
+                       "training data (README: the v2 attempt).")
     curve = ", ".join(f"{s}: {l:.2f}" for s, l in losses[:: max(1, len(losses) // 8)] + losses[-1:]) if losses else "-"
     return f"""# PICASO Explorer demo model
 
@@ -188,12 +213,8 @@ For real results switch to a released checkpoint, e.g. `python app.py --model st
 - Data: an endless stream of freshly generated examples (`picaso_core/data/demo_world.py`), mixed by document
   share as {mix}: retrieved chunks in random order followed by a passage's first half and its
   continuation (retrieval), question answering with passages (qa), in-context skill demonstrations `question → answer`
-  from each task's TRAIN items (skill), knowledge passages that state every skill pair in prose or glossary
-  lists, train and test items alike, never in the arrow format (knowledge, `picaso_core/data/knowledge.py`), and
-  plain passages. Every retrieval/QA example invents new entities, so facts cannot be memorised: the continuation
-  can only be predicted by copying from the contexts. The skill facts, by contrast, are meant to be memorised (as a
-  pre-trained model knows capitals and translations, State Soup's setting): a held-out skill query asks a fact the
-  model has read in prose but never seen demonstrated.
+  from each task's TRAIN items (skill){knowledge}, and plain passages. Every retrieval/QA example invents new
+  entities, so facts cannot be memorised: the continuation can only be predicted by copying from the contexts.
   Copy drills (contexts, then one of them again) make up {100 * args.get('copy_drills', 0):.0f}% of documents.
   Whole examples are packed into rows of {args.get('seq_len', '?')} tokens (never cut across rows; padding carries no loss).
 - Initialisation: {_init_line(log.get('args', {}))}
@@ -214,16 +235,11 @@ Retriever put a gold context last in {100 * ev['gold_last_rate']:.0f}% of sample
 ### Question answering in the MS MARCO shape ({q['n_samples']} samples, answer loss)
 {q['table']}
 
-### In-context skills (greedy exact match on every held-out item; `picaso_core/skill_eval.py`)
-Demonstrations from each task's train items, the query from its test items (known to the model as
-facts from the knowledge passages, never demonstrated); k = 0 is the bare `question →` line; the
-shuffled column asks the same questions after 16 demonstrations with permuted labels and expects the
-permuted label.
+{skills_head}
 
 {skills_md}
 
-Mean over the base tasks: {100 * mean[0]:.0f}% with no demonstration, {100 * mean[1]:.0f}% / {100 * mean[4]:.0f}% / {100 * mean[16]:.0f}% at k = 1 / 4 / 16;
-{100 * sk['mean_shuffled']:.0f}% on the shuffled variants at k = 16.
+{skills_tail}
 
 Evaluated in {ev['seconds']:.0f} s on CPU.
 {extra_sections(folder)}"""
