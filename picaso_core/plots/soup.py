@@ -111,7 +111,7 @@ def quality_figure(q: dict, layer: int | None = None) -> go.Figure:
     fig.update_xaxes(title="layer", dtick=1)
     fig.update_yaxes(title="accuracy", tickformat=".0%", range=[0, 1.02], row=1, col=1)
     fig.update_yaxes(title="silhouette (-1..1)", row=1, col=2)
-    fig.update_layout(template=TEMPLATE, height=360, margin=dict(l=50, r=10, t=40, b=40),
+    fig.update_layout(template=TEMPLATE, height=380, margin=dict(l=50, r=10, t=64, b=40),
                       legend=dict(orientation="h", x=0.5, xanchor="center", y=-0.22))
     return fig
 
