@@ -36,8 +36,9 @@ DEFAULTS = dict(k=5, contexts=[], most_relevant_last=True, max_new_tokens=24, ex
 # 2 lets a light request start while a heavy one runs; the model is shared read-only (forward and
 # generate keep no state on the module; the store's ensure is locked; the Rust tokenizer's encode
 # takes &self), and 10 concurrent clients get exactly their serial answers (tests/test_concurrency.py).
-# NOT yet chosen from a measurement: `python bench/app_latency.py --concurrency 1,2,4 --skip-build`
-# compares limits (10 clients at once vs in series); it did not finish on the overloaded machine.
+# Chosen from `python bench/app_latency.py --concurrency 1,2,4 --skip-build` (demo, 2 cores, k = 5):
+# 10 clients at once vs the same 10 calls in series took x0.99 at limit 1, x0.90 at 2, x1.18 at 4
+# (two requests keep both cores busy; four oversubscribe them).
 CONCURRENCY = int(os.environ.get("PICASO_COMPOSE_CONCURRENCY", 2))
 
 # (method id in picaso_core.evaluate, label, one line for the legend, colour)
