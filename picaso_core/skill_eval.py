@@ -29,7 +29,8 @@ def skill_prompt(train_pairs, question: str, k: int, rng: random.Random) -> str:
 
 @torch.no_grad()
 def answer(model, prompt: str, max_new_tokens: int = 8) -> str:
-    """The model's greedy answer: generated text up to the end of its first line, stripped."""
+    """The model's greedy answer: generated text up to the end of its first line, stripped.
+    skill_accuracy gives each item the token count of its expected answer line + 2."""
     tok = model.tokenizer
     out = model.generate(tok.encode(prompt), max_new_tokens=max_new_tokens, temperature=0)
     return tok.decode(out).split("\n")[0].strip()
@@ -69,7 +70,8 @@ def skill_accuracy(
             correct = 0
             for q, a in todo[t]:
                 rng = random.Random(f"{seed}-{t.removesuffix(SHUFFLED_SUFFIX)}-{k}-{q}")
-                correct += answer(model, skill_prompt(train[t], q, k, rng)) == a
+                budget = len(model.tokenizer.encode(f" {a}\n")) + 2  # room for the whole answer line
+                correct += answer(model, skill_prompt(train[t], q, k, rng), budget) == a
                 done += 1
                 if progress:
                     progress(done, total)

@@ -42,7 +42,7 @@ class Oracle:
         lines = prompt.split("\n")
         q = lines[-1].removesuffix(f" {ARROW}")
         a = self.table.get(q, "?") if len(lines) - 1 >= self.min_k else "?"
-        return self.tokenizer.encode(f" {a}\nnext {ARROW} line")
+        return self.tokenizer.encode(f" {a}\nnext {ARROW} line")[:max_new_tokens]
 
 
 def test_prompt_has_k_train_demonstrations_and_never_the_question():
@@ -81,6 +81,13 @@ def test_the_same_seed_asks_the_same_prompts():
     skill_accuracy(a, tasks=["counting"], ks=(4,), seed=3, max_items=5)
     skill_accuracy(b, tasks=["counting"], ks=(4,), seed=3, max_items=5)
     assert a.prompts == b.prompts and len(a.prompts) == 5
+
+
+def test_long_answers_get_the_tokens_they_need():
+    # " toujours" (a test item) is 9 characters, i.e. tokens of the character tokenizer: a fixed budget of 8 cut it
+    oracle = Oracle("english_french")
+    acc = skill_accuracy(oracle, tasks=["english_french"], ks=(1,))
+    assert acc["english_french"][1] == 1.0
 
 
 def test_bad_input():
