@@ -186,24 +186,9 @@ def bench_compose(model_name: str, corpus: str, split: str, cache: Path, k: int,
     from picaso_core.data import load_corpus
 
     samples = [s for s in load_corpus(corpus, split).samples][: calls + 1]
-    port = free_port()
-    log = open(cache / "app.log", "w")
-    t = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "app.py"), "--model", model_name, "--corpus", corpus, "--split", split,
-         "--cache-dir", str(cache), "--port", str(port)],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    proc, url, startup_s, log = launch(model_name, corpus, split, cache, timeout)
     try:
-        client = None
-        while client is None:
-            if proc.poll() is not None or time.perf_counter() - t > timeout:
-                raise RuntimeError(f"app did not start (see {cache / 'app.log'}):\n{(cache / 'app.log').read_text()[-2000:]}")
-            try:
-                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-            except Exception:
-                time.sleep(0.5)
-        startup_s = time.perf_counter() - t
+        client = Client(url, verbose=False)
         times = []
         for s in samples:
             t0 = time.perf_counter()
@@ -215,12 +200,7 @@ def bench_compose(model_name: str, corpus: str, split: str, cache: Path, k: int,
         return {"k": k, "calls": len(times), "startup_s": startup_s, "warmup_s": warmup,
                 "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "methods": methods}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop(proc, log)
 
 
 def main() -> None:
