@@ -23,12 +23,10 @@ import argparse
 import dataclasses
 import json
 import math
-import random
 import sys
 import time
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
