@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from picaso_core.compose import nested_token_states
 from picaso_core.evaluate import METHOD_NAMES, METHODS, run_methods
 
 CONTEXT_SUFFIX = "\n\n"  # the separator the demo model saw between contexts (= the app's store suffix)
@@ -67,6 +68,7 @@ PAPER = {
     "max_k_long": 50,  # fig. 6
     "retriever_order": ["glove", "minilm", "mpnet"],  # fig. 8: better embedder, lower PICASO-R loss
 }
+TOKEN_BUILT = {"concat", "picconcat_r"}  # built from tokens: shared prefixes for untimed samples
 TABLE_METHODS = ("none", "soup", "caso", "picaso_r", "picaso_s", "concat", "picconcat_r")
 
 
@@ -296,7 +298,7 @@ class ContextSource:
 
 def run_sweep(model, samples, ranker, source: ContextSource, ks: Sequence[int | None], log: RecordLog,
               methods: Sequence[str] = METHODS, part: str = "main",
-              progress: Callable[[int, int], None] | None = None) -> int:
+              progress: Callable[[int, int], None] | None = None, timed: int | None = None) -> int:
     """Every method on every (sample, k) not in `log` yet; records appended per (sample, k).
 
     Args:
@@ -304,17 +306,23 @@ def run_sweep(model, samples, ranker, source: ContextSource, ks: Sequence[int | 
         ranker: EmbeddingRanker / BM25Ranker / RandomRanker (its `name` keys the records).
         ks: numbers of contexts; None means all of a QA sample's own passages (recorded as k = n).
         part: a tag saved with the records (which part of the run made them).
+        timed: None: every sample builds each method's state on its own, timed (compose_s). An
+            int: only the first `timed` samples do; the others build Concat and PICConcat-R for
+            all their k at once from shared prefixes (`compose.nested_token_states`: the same
+            states, about half the forward work) and record compose_s None for those two, so
+            the timing figures come from the timed samples alone.
     Returns:
         how many (sample, k) groups were computed (0 when everything was already in `log`).
     """
     tok = model.tokenizer
     k_max = None if None in ks else max(ks, default=0)
-    plan = []
+    plan, rankings = [], {}
     for s in samples:
         if all((ranker.name, s.sample_id, k, m) in log for k in ks if k is not None for m in methods) \
                 and None not in ks:
             continue  # done: do not even rank it again
         ranking = rank_sample(ranker, s, k_max)
+        rankings[s.sample_id] = ranking
         for k in ks:
             kk = len(ranking) if k is None else k
             missing = [m for m in methods if (ranker.name, s.sample_id, kk, m) not in log]
@@ -325,13 +333,26 @@ def run_sweep(model, samples, ranker, source: ContextSource, ks: Sequence[int | 
     if source.prepare is not None:
         source.prepare(sorted({c for _, _, ids, _ in plan for c in ids}))
     texts: dict[str, tuple[list[int], list[int]]] = {}
+    untimed = set() if timed is None else {s.sample_id for s in list(samples)[timed:]}
+    nested: dict[str, dict] = {}  # sample_id -> nested_token_states of its ranking (untimed samples)
     for i, (s, k, ids, missing) in enumerate(plan):
         if s.sample_id not in texts:
             texts[s.sample_id] = (tok.encode(s.query), tok.encode(s.continuation))
         q, c = texts[s.sample_id]
         ctx = [source.token_ids(cid) for cid in ids]
         states = source.states(ids) if ids else None
-        results = run_methods(model, q, c, ctx, states, methods=missing)
+        prebuilt = None
+        if s.sample_id in untimed and ids and TOKEN_BUILT & set(missing):
+            if s.sample_id not in nested:  # a sample's plan entries are contiguous: build them all
+                nested.clear()
+                mine = [(kk, m) for ss, kk, _, m in plan if ss.sample_id == s.sample_id and kk > 0]
+                want = [kk for kk, m in mine if TOKEN_BUILT & set(m)]
+                ranked = rankings[s.sample_id][:max(want)]
+                nested[s.sample_id] = nested_token_states(
+                    model, [source.token_ids(cid) for cid in ranked], source.states(ranked), want,
+                    picconcat=any("picconcat_r" in m for _, m in mine))
+            prebuilt = nested[s.sample_id].get(k)
+        results = run_methods(model, q, c, ctx, states, methods=missing, prebuilt=prebuilt)
         gold = set(s.gold_ids)
         log.append([{
             "retriever": ranker.name, "sample_id": s.sample_id, "k": k, "method": r.method, "loss": r.loss,
@@ -379,7 +400,7 @@ def curves(records: Iterable[dict], sample_ids: Iterable[str] | None = None, ret
         "loss": lambda g: _mean([r["loss"] for r in g]),
         "loss_se": lambda g: _se([r["loss"] for r in g]),
         "n": lambda g: len(g),
-        "compose_ms": lambda g: 1e3 * _mean([r["compose_s"] for r in g]),
+        "compose_ms": lambda g: 1e3 * _mean([r["compose_s"] for r in g if r["compose_s"] is not None]),
         "process_ms": lambda g: 1e3 * _mean([r["process_s"] for r in g]),
         "context_tokens": lambda g: _mean([r["context_tokens"] for r in g]),
         "gold_recall": lambda g: _mean([r["gold_retrieved"] / r["n_gold"] for r in g if r.get("n_gold")]),
@@ -441,7 +462,7 @@ def method_table(records: Iterable[dict], keys: set[tuple[str, int]], retriever:
         if r["retriever"] == retriever and (r["sample_id"], r["k"]) in keys:
             by.setdefault(r["method"], []).append(r)
     return {m: {"loss": _round(_mean([r["loss"] for r in g])), "loss_se": _round(_se([r["loss"] for r in g])),
-                "n": len(g), "compose_ms": _round(1e3 * _mean([r["compose_s"] for r in g])),
+                "n": len(g), "compose_ms": _round(1e3 * _mean([r["compose_s"] for r in g if r["compose_s"] is not None])),
                 "process_ms": _round(1e3 * _mean([r["process_s"] for r in g]))}
             for m, g in ((m, by[m]) for m in METHODS if m in by)}
 
@@ -748,6 +769,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="runs/demo", help="output folder (a rerun resumes what is in it)")
     p.add_argument("--qa", default="auto", help="QA pass (table 1): auto (demo: the demo's QA set; msmarco: "
                    "itself), none, or a corpus name")
+    p.add_argument("--timed-samples", type=int, default=20,
+                   help="the first N samples build every state on its own and time it (fig. 3 right, fig. 5); "
+                   "the rest build Concat and PICConcat-R for all k from shared prefixes (the same states, about "
+                   "half the work) and record no compose time for them; -1: time every sample")
     p.add_argument("--long-ks", default="20,30,40,50", help="fig. 6 sweep beyond 10 chunks ('none' to skip)")
     p.add_argument("--long-samples", type=int, default=20)
     p.add_argument("--retrievers", default="minilm,bm25,random,mpnet,glove",
@@ -825,14 +850,17 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     rankers = {"minilm": make_ranker("minilm", database, minilm)}
 
     samples = corpus.samples[: args.samples]
+    timed = None if args.timed_samples < 0 else args.timed_samples
     plan: dict = {"main": {"samples": [s.sample_id for s in samples], "ks": ks}}
     print(f"main k-sweep: {len(samples)} samples x k = {args.ks} x {len(methods)} methods")
-    run_sweep(model, samples, rankers["minilm"], source, ks, log, methods, "main", _tqdm("main k-sweep"))
+    run_sweep(model, samples, rankers["minilm"], source, ks, log, methods, "main", _tqdm("main k-sweep"),
+              timed=timed)
 
     if qa_corpus is not None:
         qa_samples = qa_corpus.samples[: args.samples]
         print(f"QA pass (table 1): {len(qa_samples)} {qa_corpus.name} questions with all their passages")
-        run_sweep(model, qa_samples, rankers["minilm"], source, [None], log, methods, "qa", _tqdm("QA pass"))
+        run_sweep(model, qa_samples, rankers["minilm"], source, [None], log, methods, "qa", _tqdm("QA pass"),
+                  timed=timed)
         plan["qa"] = {"corpus": f"{qa_corpus.name} QA" if qa_corpus.name == "demo" else qa_corpus.name,
                       "keys": [[s.sample_id, len(s.contexts)] for s in qa_samples]}
 

@@ -406,3 +406,40 @@ def test_compose_tokens_concat_and_picconcat_r(family):
         compose_tokens(model, ctx, "picaso_r")
     with pytest.raises(ValueError, match="no contexts"):
         compose_tokens(model, [], "concat")
+
+
+def test_nested_token_states_equal_concat_and_picconcat_built_one_k_at_a_time(family):
+    from picaso_core.compose import nested_token_states
+    model = tiny_model(family).double()
+    g = torch.Generator().manual_seed(1)
+    # ranked most relevant first; a 1-token context is shorter than the conv window
+    ids = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (5, 1, 9, 2, 7)]
+    stored = model.encode_contexts(ids)
+    out = nested_token_states(model, ids, stored, [1, 2, 4, 5])
+    assert sorted(out) == [1, 2, 4, 5]
+    for k, built in out.items():
+        presented, states = ids[:k][::-1], stored[:k][::-1]  # most relevant last
+        for method in ("concat", "picconcat_r"):
+            ref = compose_tokens(model, presented, method, states=states)
+            for f in ("ssm", "conv", "log_decay"):
+                torch.testing.assert_close(getattr(built[method], f), getattr(ref, f), rtol=1e-9, atol=1e-10)
+            assert int(built[method].num_tokens) == int(ref.num_tokens)
+    only = nested_token_states(model, ids, stored, [3], picconcat=False)
+    assert set(only[3]) == {"concat"}
+    with pytest.raises(ValueError, match="ks"):
+        nested_token_states(model, ids, stored, [6])
+
+
+def test_encode_contexts_from_states_equals_encoding_each_from_its_state(family):
+    model = tiny_model(family).double()
+    g = torch.Generator().manual_seed(2)
+    starts = model.encode_contexts([torch.randint(0, 300, (n,), generator=g).tolist() for n in (4, 7, 2)])
+    more = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (3, 0, 11)]
+    got = model.encode_contexts(more, states=starts, batch_size=2)
+    for c, s, st in zip(more, starts, got):
+        ref = model.encode_context(c, state=s)
+        for f in ("ssm", "conv", "log_decay"):
+            torch.testing.assert_close(getattr(st, f), getattr(ref, f), rtol=1e-9, atol=1e-10)
+        assert int(st.num_tokens) == int(ref.num_tokens)
+    with pytest.raises(ValueError, match="states"):
+        model.encode_contexts(more, states=starts[:2])

@@ -120,6 +120,25 @@ def test_k0_gives_the_baseline_loss_for_every_method(model, tmp_path):
         assert max(abs(v - at2["none"]) for v in at2.values()) > 1e-6
 
 
+def test_shared_prefix_sweep_gives_the_timed_sweeps_losses_and_no_compose_time_where_untimed(model, tmp_path):
+    corpus = wikitext_corpus(WIKI_ROWS, min_words=8)
+    ranker, src = ranker_for(corpus.database), source_for(model, corpus.database, tmp_path)
+    ks = [0, 1, 2, 3]
+    full, shared = E.MemoryLog(), E.MemoryLog()
+    E.run_sweep(model, corpus.samples, ranker, src, ks, full)
+    E.run_sweep(model, corpus.samples, ranker, src, ks, shared, timed=1)
+    assert full.records.keys() == shared.records.keys() and len(full) == 4 * 4 * len(E.METHODS)
+    first = corpus.samples[0].sample_id
+    for key, r in shared.records.items():
+        assert r["loss"] == pytest.approx(full.records[key]["loss"], abs=1e-5)
+        assert r["context_ids"] == full.records[key]["context_ids"]
+        untimed = r["sample_id"] != first and r["k"] > 0 and r["method"] in ("concat", "picconcat_r")
+        assert (r["compose_s"] is None) == untimed
+    # the time curves average the timed records only
+    c = E.curves(shared.records.values())
+    assert all(v is not None and v > 0 for v in c["compose_ms"]["picconcat_r"][1:])
+
+
 # ---- summaries --------------------------------------------------------------------------------------
 def test_gain_averaging_matches_a_hand_computed_case():
     curve = {"ks": [0, 1, 2, 11], "methods": ["none", "soup"],
