@@ -290,13 +290,14 @@ def nested_token_states(model, ranked_ids: Sequence[Sequence[int]], ranked_state
     js = sorted(need)
     # S_j: c_j's stored state continued with c_{j-1} ⧺ ... ⧺ c_1, every j in one batched call
     tails = [[t for c in reversed(ids[:j - 1]) for t in c] for j in js]
-    S = dict(zip(js, model.encode_contexts(tails, states=[ranked_states[j - 1] for j in js])))
+    # one call per row: rows differ in length, and padding them into a batch costs more on CPU
+    # than it saves (bench/sweep_speed.py)
+    S = {j: model.encode_context(t, state=ranked_states[j - 1]) for j, t in zip(js, tails)}
     out = {k: {"concat": S[k]} for k in ks}
     if not picconcat:
         return out
     jobs = [(k, j) for k in ks for j in range(1, k)]  # rotation of k that starts at c_j, j < k
-    rots = model.encode_contexts([[t for c in reversed(ids[j:k]) for t in c] for k, j in jobs],
-                                 states=[S[j] for _, j in jobs])
+    rots = [model.encode_context([t for c in reversed(ids[j:k]) for t in c], state=S[j]) for k, j in jobs]
     by_k: dict[int, list[ContextState]] = {k: [S[k]] for k in ks}
     for (k, _), st in zip(jobs, rots):
         by_k[k].append(st)

@@ -315,6 +315,7 @@ def run_sweep(model, samples, ranker, source: ContextSource, ks: Sequence[int | 
         how many (sample, k) groups were computed (0 when everything was already in `log`).
     """
     tok = model.tokenizer
+    samples = list(samples)
     k_max = None if None in ks else max(ks, default=0)
     plan, rankings = [], {}
     for s in samples:
@@ -333,7 +334,7 @@ def run_sweep(model, samples, ranker, source: ContextSource, ks: Sequence[int | 
     if source.prepare is not None:
         source.prepare(sorted({c for _, _, ids, _ in plan for c in ids}))
     texts: dict[str, tuple[list[int], list[int]]] = {}
-    untimed = set() if timed is None else {s.sample_id for s in list(samples)[timed:]}
+    untimed = set() if timed is None else {s.sample_id for s in samples[timed:]}
     nested: dict[str, dict] = {}  # sample_id -> nested_token_states of its ranking (untimed samples)
     for i, (s, k, ids, missing) in enumerate(plan):
         if s.sample_id not in texts:

@@ -37,3 +37,17 @@ def test_concat_and_picaso_lower_the_held_out_continuation_loss(demo):
     rel = {m: s.gain_vs_none[m] / s.mean_loss["none"] for m in s.methods}
     assert rel["concat"] > 0.15, rel
     assert rel["picaso_r"] > 0.6 * rel["concat"], rel
+
+
+def test_knows_its_skills_from_demonstrations_on_held_out_items(demo):
+    """The first 5 held-out items of each of the 10 base tasks (50 queries), greedy exact match:
+    16 demonstrations (drawn from train items only) reach at least 40% (the card reports every
+    test item), and 1 demonstration reaches fewer."""
+    from picaso_core.skill_eval import mean_accuracy, skill_accuracy
+
+    model, _ = demo
+    t = time.perf_counter()
+    acc = mean_accuracy(skill_accuracy(model, ks=(1, 16), max_items=5))
+    assert acc[16] >= 0.40, acc
+    assert acc[1] < acc[16], acc
+    assert time.perf_counter() - t < 60

@@ -137,6 +137,14 @@ def test_shared_prefix_sweep_gives_the_timed_sweeps_losses_and_no_compose_time_w
     # the time curves average the timed records only
     c = E.curves(shared.records.values())
     assert all(v is not None and v > 0 for v in c["compose_ms"]["picconcat_r"][1:])
+    # with no timed sample at all there is no compose time for them, and the figures still draw
+    none_timed = E.MemoryLog()
+    E.run_sweep(model, corpus.samples[:1], ranker, src, [0, 2], none_timed, timed=0)
+    c0 = E.curves(none_timed.records.values())
+    assert c0["compose_ms"]["concat"][1] is None and c0["compose_ms"]["soup"][1] is not None
+    from picaso_core.plots import experiments as P
+    P.cost_vs_loss(c0)
+    P.time_vs_k(c0, include_picconcat=True)
 
 
 # ---- summaries --------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def cost_vs_loss(curve: dict | None, title: str = "Cost vs loss, mean over k = 1
     fig = go.Figure()
     for m in curve["methods"]:
         pts = [(curve["compose_ms"][m][i] + curve["process_ms"][m][i], curve["loss"][m][i]) for i in idx
-               if curve["loss"][m][i] is not None]
+               if None not in (curve["loss"][m][i], curve["compose_ms"][m][i], curve["process_ms"][m][i])]
         if not pts:
             continue
         t = sum(p[0] for p in pts) / len(pts)
