@@ -198,3 +198,14 @@ def test_fig2_average_and_summary(setup):
     assert two.n_samples == 2 and two.soup.n_samples == 2
     with pytest.raises(ValueError, match="3 contexts"):
         fig2(model, [(QUERY, CONT, ids[:2], states[:2])], steps=3)
+
+
+def test_chunk_rows_bounds_state_bytes_and_positions_per_forward():
+    from picaso_core.landscape import STATE_BUDGET, TOKEN_BUDGET, chunk_rows
+
+    model = tiny_model("Mamba2")
+    by_bytes = STATE_BUDGET // model.config.state_nbytes()
+    assert chunk_rows(model) == by_bytes
+    assert chunk_rows(model, tokens=71) == min(by_bytes, TOKEN_BUDGET // 71)
+    assert chunk_rows(model, tokens=10 * TOKEN_BUDGET) == 1  # never zero rows
+    assert chunk_rows(model, budget=1) == 1
