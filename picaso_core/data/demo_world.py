@@ -27,14 +27,13 @@ from picaso_core.data.skills import format_demos, format_query, load_skill_tasks
 from picaso_core.data.world import ENTITY_TYPES, Entity, make_entity, make_name, mentions
 
 CONTEXT_SEP = "\n\n"
-# Document shares of the training stream. "v1" trained the bundled model. "v2" adds knowledge
-# passages (knowledge.py) that state every skill mapping in prose, so that skill demonstrations only
-# have to name the task (State Soup's setting), and keeps retrieval / QA at most of the tokens
-# (retrieval examples are ~5x longer) so the composition results hold; a 50-minute v2 phase on top of
-# v1 did not yet teach the skills (model card and README), so v1 stays the default.
-# "v3" sets the shares by TOKENS, not documents: about 1/3 retrieval, 1/8 QA, 3/10 knowledge, 1/5 skill
-# demonstrations (v2's knowledge was 16% of tokens: each fact was met ~100 times in the 50-min phase,
-# too few to memorise it).
+# Document shares of the training stream. "v1" trained the first bundled model (no knowledge: its
+# skills stayed at ~11%). "v2" added knowledge passages (knowledge.py) that state every skill mapping,
+# so that demonstrations only have to name the task (State Soup's setting), but at 16% of the tokens
+# each fact was met ~100 times and not memorised. "v3" trained the bundled model (58 min, seed 0):
+# shares set by TOKENS, about 1/3 retrieval, 1/8 QA, 1/3 knowledge, 1/5 skill demonstrations; skills
+# 53% at 16 shots, composition kept (README). DEFAULT_MIX stays v1 for training_examples' callers;
+# scripts/train_demo.py defaults to v3.
 MIXES = {
     "v1": {"retrieval": 0.45, "qa": 0.2, "skill": 0.2, "passage": 0.15},
     "v2": {"retrieval": 0.2, "qa": 0.1, "skill": 0.3, "knowledge": 0.35, "passage": 0.05},
