@@ -236,7 +236,7 @@ def render(res: Resources) -> None:
     gr.Markdown(EXPLAIN)
     with gr.Row(equal_height=False):
         sample = gr.Dropdown(sample_choices(res), value=AVERAGE, label="Sample", scale=3, elem_id="landscape-sample",
-                             info=f"the top-{K} retrieved contexts of a corpus sample, or the average (a few minutes on a CPU)")
+                             info=f"the top-{K} retrieved contexts of a corpus sample, or the average (~2 min on 2 CPU cores for the demo model; shown at once when cached)")
         steps = gr.Slider(STEPS_MIN, STEPS_MAX, value=STEPS, step=2, label="Grid steps per axis", scale=1,
                           info="steps² loss evaluations per plane")
         pair = gr.Dropdown([("u₂ and u₃ (the two most relevant)", "u2-u3"), ("u₁ and u₂", "u1-u2"),
