@@ -283,8 +283,10 @@ def nested_token_states(model, ranked_ids: Sequence[Sequence[int]], ranked_state
     ks = sorted({int(k) for k in ks})
     if not ks:
         return {}
-    if ks[0] < 1 or ks[-1] > len(ranked_ids) or len(ranked_states) != len(ranked_ids):
-        raise ValueError(f"ks must lie in 1..{len(ranked_ids)} (one stored state per context), got {ks}")
+    if len(ranked_states) != len(ranked_ids):
+        raise ValueError(f"{len(ranked_states)} stored states for {len(ranked_ids)} contexts")
+    if ks[0] < 1 or ks[-1] > len(ranked_ids):
+        raise ValueError(f"ks must lie in 1..{len(ranked_ids)}, got {ks}")
     ids = [[int(t) for t in c] for c in ranked_ids]
     need = set(range(1, ks[-1] + 1)) if picconcat else set(ks)
     js = sorted(need)

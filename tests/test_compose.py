@@ -428,6 +428,8 @@ def test_nested_token_states_equal_concat_and_picconcat_built_one_k_at_a_time(fa
     assert set(only[3]) == {"concat"}
     with pytest.raises(ValueError, match="ks"):
         nested_token_states(model, ids, stored, [6])
+    with pytest.raises(ValueError, match="stored states"):
+        nested_token_states(model, ids, stored[:3], [2])
 
 
 def test_encode_contexts_from_states_equals_encoding_each_from_its_state(family):
