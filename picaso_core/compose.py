@@ -253,9 +253,16 @@ def compose_tokens(model, contexts_ids: Sequence[Sequence[int]], method: str,
         return model.encode_context(rest, state=first) if rest else first
     n = len(ids)
     rotations = [[t for c in ids[r:] + ids[:r] for t in c] for r in range(n)]
-    rot = ContextState.stack(model.encode_contexts(rotations))  # [n, ...] each the whole text
+    return mean_of_rotations(model.encode_contexts(rotations))  # each rotation is the whole text
+
+
+def mean_of_rotations(rotations: Sequence[ContextState]) -> ContextState:
+    """PICConcat-R's state from the states of the n rotations of one concatenation: ssm and conv
+    (each rotation's own last inputs) averaged; log_decay their mean (all equal up to rounding:
+    each is the decay of all the tokens); num_tokens that of one rotation, the whole text."""
+    rot = ContextState.stack(list(rotations))
     return ContextState(ssm=rot.ssm.mean(0), conv=rot.conv.mean(0), log_decay=rot.log_decay.mean(0),
-                        num_tokens=len(rotations[0]))
+                        num_tokens=int(rotations[0].num_tokens))
 
 
 def nested_token_states(model, ranked_ids: Sequence[Sequence[int]], ranked_states: Sequence[ContextState],
@@ -290,7 +297,7 @@ def nested_token_states(model, ranked_ids: Sequence[Sequence[int]], ranked_state
     ids = [[int(t) for t in c] for c in ranked_ids]
     need = set(range(1, ks[-1] + 1)) if picconcat else set(ks)
     js = sorted(need)
-    # S_j: c_j's stored state continued with c_{j-1} ⧺ ... ⧺ c_1, every j in one batched call
+    # S_j: c_j's stored state continued with c_{j-1} ⧺ ... ⧺ c_1
     tails = [[t for c in reversed(ids[:j - 1]) for t in c] for j in js]
     # one call per row: rows differ in length, and padding them into a batch costs more on CPU
     # than it saves (bench/sweep_speed.py)
@@ -304,9 +311,7 @@ def nested_token_states(model, ranked_ids: Sequence[Sequence[int]], ranked_state
     for (k, _), st in zip(jobs, rots):
         by_k[k].append(st)
     for k, parts in by_k.items():
-        rot = ContextState.stack(parts)
-        out[k]["picconcat_r"] = ContextState(ssm=rot.ssm.mean(0), conv=rot.conv.mean(0),
-                                             log_decay=rot.log_decay.mean(0), num_tokens=int(S[k].num_tokens))
+        out[k]["picconcat_r"] = mean_of_rotations(parts)
     return out
 
 

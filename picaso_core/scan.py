@@ -66,19 +66,17 @@ def _segsum(a: Tensor) -> Tensor:
 
 
 def ssd_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
-                     initial_state: Tensor | None = None, even_chunks: bool = True,
-                     ) -> tuple[Tensor, Tensor, Tensor]:
+                     initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Chunked SSD scan (Mamba-2 paper, listing 1), pure torch, differentiable.
 
     Args:
         x: [b, l, h, p]; dt: [b, l, h] (>= 0, softplus'ed); A: [h] (< 0);
         B, C: [b, l, g, n]; chunk_size: s, the longest chunk; initial_state: [b, h, p, n] or None
         (zeros).
-        even_chunks: split l into ceil(l / s) chunks of equal length (at most s; the last one
-            padded by less than one token per chunk). False: chunks of exactly s, the last padded
-            up to s - 1 tokens (the kernel's layout). The chunking is only a way of computing the
-            same recurrence; even chunks waste less: a 71-token query + continuation is 2 x 36
-            instead of 2 x 64 positions, 1.3-1.5x less time per scored state.
+        The sequence is split into ceil(l / s) chunks of equal length (the last one padded by less
+        than one token per chunk), not into chunks of exactly s with up to s - 1 padded (the
+        kernel's layout): the chunking only changes how the same recurrence is computed, and a
+        71-token query + continuation becomes 2 x 36 positions instead of 2 x 64.
     Returns:
         y [b, l, h, p], final_state [b, h, p, n], log_decay [b, h]   (float32, or float64)
     """
@@ -87,8 +85,7 @@ def ssd_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chu
     r = h // g  # heads per group: C B^T is computed once per group, not per head
     x, dt, A, B, C = upcast(x, dt, A, B, C)
     s = max(1, min(chunk_size, l))
-    if even_chunks:
-        s = -(-l // -(-l // s))  # ceil(l / ceil(l / s))
+    s = -(-l // -(-l // s))  # even chunks: ceil(l / ceil(l / s))
     pad = (-l) % s
     if pad:  # dt = 0 on the padding: decay 1, nothing written, outputs dropped below
         x, B, C = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (x, B, C))

@@ -431,17 +431,3 @@ def test_nested_token_states_equal_concat_and_picconcat_built_one_k_at_a_time(fa
     with pytest.raises(ValueError, match="stored states"):
         nested_token_states(model, ids, stored[:3], [2])
 
-
-def test_encode_contexts_from_states_equals_encoding_each_from_its_state(family):
-    model = tiny_model(family).double()
-    g = torch.Generator().manual_seed(2)
-    starts = model.encode_contexts([torch.randint(0, 300, (n,), generator=g).tolist() for n in (4, 7, 2)])
-    more = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (3, 0, 11)]
-    got = model.encode_contexts(more, states=starts, batch_size=2)
-    for c, s, st in zip(more, starts, got):
-        ref = model.encode_context(c, state=s)
-        for f in ("ssm", "conv", "log_decay"):
-            torch.testing.assert_close(getattr(st, f), getattr(ref, f), rtol=1e-9, atol=1e-10)
-        assert int(st.num_tokens) == int(ref.num_tokens)
-    with pytest.raises(ValueError, match="states"):
-        model.encode_contexts(more, states=starts[:2])
