@@ -116,7 +116,7 @@ def choose_contexts(
                             f"(e.g. {next(iter(res.database))!r})", ENDPOINT)
         hits = list(zip(picked, res.retriever.similarity(query, picked)))
     else:
-        from picaso_core.experiments import own_passages  # a QA example (MS MARCO) ranks only its own passages
+        from picaso_core.rankers import own_passages  # a QA example (MS MARCO) ranks only its own passages
         hits = (own_passages(res.retriever, query, sample.context_ids, k, best_last=most_relevant_last)
                 if sample is not None and sample.kind == "qa" and sample.contexts else
                 res.retriever.retrieve(query, k, exclude=sample.exclude_ids if sample else (), best_last=most_relevant_last))
