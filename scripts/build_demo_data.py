@@ -14,8 +14,8 @@ Writes, under <out>/demo_data/:
                                    embeds nothing (float output of MiniLM: not in the manifest's
                                    sha256 list, which holds the files that are bit-identical per seed)
     MANIFEST.json                  seed, counts and sha256 of every file
-and <out>/tokenizer.json (byte-level BPE, 4096 pieces, trained on train-split text only, so
-held-out names are unseen by the tokenizer too).
+and <out>/tokenizer.json (byte-level BPE, 4096 pieces, trained on train-split world text only, so
+held-out names are unseen by the tokenizer too; skill facts of both splits alike, TOKENIZER_MIX).
 """
 
 from __future__ import annotations
@@ -40,6 +40,15 @@ N_ENTITIES = 240  # per split; the first N_RETRIEVAL get a retrieval sample each
 N_RETRIEVAL = 200
 N_QA = 200
 TOKENIZER_EXAMPLES = 6000  # training-stream examples the tokenizer is trained on
+# Document shares of the tokenizer's corpus: the world's text as in mix v1, but skill facts as
+# knowledge passages (every item, train and test alike), never as demonstrations. Demonstrations use
+# train items only, so a corpus with them (the first tokenizer's) merges train answers into single
+# pieces and leaves held-out answers in fragments: 83% of the train capitals were one token, 0% of
+# the held-out ones, and a model trained on one-token answers after `→` ended its line after the
+# first fragment of a held-out answer (" B" for " Bottle", " A" for " Amman"). Knowledge passages
+# are ~60% of this corpus's documents, so that nearly every answer is one piece in both splits (as
+# common words are in a real tokenizer); at 15% they stayed 2-5 fragments in both.
+TOKENIZER_MIX = {"retrieval": 0.45, "qa": 0.2, "knowledge": 1.5, "passage": 0.15}
 VOCAB_SIZE = 4096
 
 # Generic English so the tokenizer (and a model trained with it) has pieces for ordinary prose,
@@ -73,8 +82,10 @@ def build_split(seed: int, split: str) -> tuple[World, list, list]:
 
 
 def tokenizer_texts(seed: int) -> list[str]:
-    """Train-split text only: rendered training examples, every skill item, generic English."""
-    texts = [render_concat(e) for e in itertools.islice(training_examples(seed, "train"), TOKENIZER_EXAMPLES)]
+    """Train-split world text, knowledge passages of every skill item (train and test items alike,
+    see TOKENIZER_MIX), each task's items once in demonstration format, generic English."""
+    stream = training_examples(seed, "train", mix=TOKENIZER_MIX)
+    texts = [render_concat(e) for e in itertools.islice(stream, TOKENIZER_EXAMPLES)]
     texts += [format_demos(pairs) for pairs in load_skill_tasks("all", include_shuffled=False).values()]
     texts += [GENERIC_ENGLISH] * 20
     return texts

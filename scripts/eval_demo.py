@@ -203,7 +203,8 @@ For real results switch to a released checkpoint, e.g. `python app.py --model st
 ## Model
 - Architecture: Mamba-2 (this project's engine, mamba_ssm weight layout), {log.get('params', 0) / 1e6:.2f}M parameters:
   d_model {cfg['d_model']}, {cfg['n_layer']} layers, d_state {cfg['ssm_cfg']['d_state']}, headdim {cfg['ssm_cfg']['headdim']},
-  expand {cfg['ssm_cfg']['expand']}, vocabulary {cfg['vocab_size']} (byte-level BPE trained on the demo world, `tokenizer.json`).
+  expand {cfg['ssm_cfg']['expand']}, vocabulary {cfg['vocab_size']} (byte-level BPE trained on the demo world, skill
+  facts of train and test items alike, `tokenizer.json`; `scripts/build_demo_data.py` TOKENIZER_MIX).
 - Files: `config.json` (mamba_ssm schema), `model.safetensors`, `tokenizer.json`, `train_log.json`, `eval.json`.
 
 ## Training

@@ -7,7 +7,7 @@ The data is an endless stream of freshly generated examples (picaso_core.data.de
 retrieval / QA example invents new entities, so facts cannot be memorised and the only way to
 lower the loss on a continuation is to copy from the contexts in front of it. The skill tasks'
 pairs are the opposite: knowledge passages state every pair (train and test items) so that the
-model memorises them, while `question → answer` demonstrations use train items only (mix "v3").
+model memorises them, while `question → answer` demonstrations use train items only (mix "v4").
 Examples are packed whole into fixed-length rows, each ending in <|endoftext|> (see packed_batches).
 
 Writes <out>/config.json, model.safetensors, tokenizer.json (the mamba_ssm layout that
@@ -111,8 +111,9 @@ def main(argv=None) -> None:
     ap.add_argument("--init-scheme", choices=("mimetic", "default"), default="mimetic",
                     help="mimetic (picaso_core/init.py: layers start as previous-token-key linear attention, "
                     "so copying from context is learnt in minutes) or mamba_ssm's default; ignored with --init")
-    ap.add_argument("--mix", choices=sorted(MIXES), default="v3", help="document shares of the stream "
-                    "(demo_world.MIXES): v3 trained the bundled model; v1 the first one (weak skills); v2 a failed attempt")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="v4", help="document shares of the stream "
+                    "(demo_world.MIXES): v4 trained the bundled model; v1 the first one (weak skills); v2 and v3 "
+                    "earlier attempts")
     ap.add_argument("--copy-drills", type=float, default=0.15, help="share of documents that are copy drills")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     ap.add_argument("--log-every", type=int, default=25)
