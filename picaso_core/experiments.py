@@ -42,15 +42,15 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from picaso_core.compose import nested_token_states
-from picaso_core.evaluate import METHOD_NAMES, METHODS, run_methods  # noqa: F401
-# The rankers and the summaries live in their own modules; their names stay importable from here
-# (the CLI, the Benchmarks tab and bench/ use `experiments.<name>`).
+from picaso_core.evaluate import METHODS, run_methods
+# The rankers and the summaries live in their own modules. Besides what this module uses, the names
+# the Benchmarks tab and the tests reach as `experiments.<name>` stay importable from here (F401).
 from picaso_core.rankers import (  # noqa: F401
     RETRIEVERS, BM25Ranker, EmbeddingRanker, RandomRanker, make_ranker, own_passages, presented, rank_sample,
 )
 from picaso_core.summaries import (  # noqa: F401
-    GAIN_KS, PAPER, TABLE_METHODS, curves, differences, gains, histogram, markdown_table_html, method_table,
-    paper_vs_ours, summarize, time_ratio, write_report, _round,
+    PAPER, TABLE_METHODS, curves, gains, histogram, method_table, paper_vs_ours, summarize, time_ratio,
+    write_report, _round,
 )
 
 CONTEXT_SUFFIX = "\n\n"  # the separator the demo model saw between contexts (= the app's store suffix)
