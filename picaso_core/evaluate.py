@@ -74,9 +74,10 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
             here once with `model.encode_contexts` (the database build, charged to no method and
             reported in each result's `note`).
         methods: a subset of METHODS, in the order of the results.
-        generate_tokens: > 0 also generates that many tokens after the query from each state, with
-            the same `seed` for every method; `temperature` 0 (the default) is greedy, so methods
-            differ only by their states.
+        generate_tokens: > 0 also generates up to that many tokens after the query from each state
+            (all methods in one `generate_batch`: one prefill, then batched steps; EOS ends a row
+            and is not returned), with the same `seed` for every method; `temperature` 0 (the
+            default) is greedy, so methods differ only by their states.
         prebuilt: method -> its state, already built elsewhere (the experiments' shared prefixes,
             `compose.nested_token_states`); those methods get compose_s None (not timed here).
     Returns:
@@ -109,10 +110,11 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
     losses = model.continuation_losses(query_ids, continuation_ids, states)
     process_s = (time.perf_counter() - t0) / len(methods)
 
+    # every method's generation in one batched prefill + batched recurrent steps (decode.py)
+    gens = (model.generate_batch(query_ids, states, max_new_tokens=generate_tokens, temperature=temperature,
+                                 seed=seed) if generate_tokens > 0 else [None] * len(methods))
     results = []
-    for method, state, loss, c_s in zip(methods, states, losses, compose_s):
-        gen = (model.generate(query_ids, state, max_new_tokens=generate_tokens, temperature=temperature, seed=seed)
-               if generate_tokens > 0 else None)
+    for method, loss, c_s, gen in zip(methods, losses, compose_s, gens):
         notes = [f"scored with the other {len(methods) - 1} methods in one batched call; process_s = its time "
                  f"/ {len(methods)}"] if len(methods) > 1 else []
         if method in NEEDS_STATES and built_here:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from picaso_core.config import ModelConfig
-from picaso_core.scan import causal_conv, selective_scan, ssd_scan, upcast
+from picaso_core.scan import causal_conv, conv_step, selective_scan, ssd_scan, upcast
 from picaso_core.state import ContextState
 
 
@@ -107,6 +107,28 @@ class Mamba2Mixer(nn.Module):
         y = self.norm(y.reshape(b, t, E), z)
         return self.out_proj(y), conv_state, ssm_state, log_decay
 
+    def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor) -> tuple[Tensor, Tensor]:
+        """One token, the recurrence in closed form: u [b, D]; conv_state [b, C, K-1] and
+        ssm_state [b, H, P, N] are updated IN PLACE (decode buffers). Returns out [b, D] and the
+        step's log-decay dt·A [b, H]. The twin of `forward` for t = 1, with no scan and no chunks."""
+        b = u.shape[0]
+        s, E, H = self.cfg.ssm_cfg, self.cfg.d_inner, self.cfg.nheads
+        GN = s.ngroups * s.d_state
+        z, xBC, dt = self.in_proj(u).split([E, E + 2 * GN, H], dim=-1)
+        xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
+        x, B, C = xBC.split([E, GN, GN], dim=-1)
+        dt = F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]).clamp(*s.dt_limit)  # [b, H]
+        la = dt * -torch.exp(upcast(self.A_log)[0])  # dt·A, the step's log-decay
+        # h = exp(dt A) h + dt B x;  y = C h   (Mamba-2 paper eq. 1 with scalar A per head)
+        xh, Bg, Cg = upcast(x.view(b, H, s.headdim), B.view(b, s.ngroups, 1, s.d_state),
+                            C.view(b, s.ngroups, 1, s.d_state))
+        h = ssm_state.view(b, s.ngroups, H // s.ngroups, s.headdim, s.d_state)  # heads grouped
+        h.mul_(la.exp().view(b, s.ngroups, -1, 1, 1))
+        h.add_((dt[..., None] * xh).view(b, s.ngroups, -1, s.headdim, 1) * Bg[:, :, :, None, :])
+        y = (h @ Cg[:, :, :, :, None]).view(b, H, s.headdim)
+        y = y.to(x.dtype) + x.view(b, H, s.headdim) * self.D[:, None].to(x.dtype)
+        return self.out_proj(self.norm(y.reshape(b, E), z)), la
+
 
 class Mamba1Mixer(nn.Module):
     """mamba_ssm.modules.mamba_simple.Mamba (decay per channel and state dimension)."""
@@ -145,6 +167,22 @@ class Mamba1Mixer(nn.Module):
         y = y.to(x.dtype) + x * self.D[:, None].to(x.dtype)  # [b, E, t]
         y = y.transpose(1, 2) * F.silu(z)
         return self.out_proj(y), conv_state, ssm_state, log_decay
+
+    def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor) -> tuple[Tensor, Tensor]:
+        """One token: u [b, D]; conv_state [b, E, K-1] and ssm_state [b, E, N] updated IN PLACE.
+        Returns out [b, D] and the step's log-decay dt·A [b, E, N]."""
+        N, R = self.cfg.ssm_cfg.d_state, self.cfg.dt_rank
+        x, z = self.in_proj(u).chunk(2, dim=-1)  # [b, E] each
+        x = conv_step(x, self.conv1d.weight, self.conv1d.bias, conv_state)
+        dt, B, C = self.x_proj(x).split([R, N, N], dim=-1)
+        dt = F.softplus(upcast(self.dt_proj(dt))[0])  # [b, E]
+        la = dt[..., None] * -torch.exp(upcast(self.A_log)[0])  # [b, E, N]
+        xf, B, C = upcast(x, B, C)
+        # h = exp(dt A) h + dt B x;  y = Σ_n C h   (Mamba-1, per channel and state dimension)
+        ssm_state.mul_(la.exp()).add_((dt * xf)[..., None] * B[:, None, :])
+        y = (ssm_state @ C[:, :, None]).squeeze(-1)
+        y = y.to(x.dtype) + x * self.D.to(x.dtype)
+        return self.out_proj(y * F.silu(z)), la
 
 
 class Block(nn.Module):
@@ -333,37 +371,48 @@ class SSMLanguageModel(nn.Module):
             out += self._continuation_nll(query_ids, continuation_ids, st, len(chunk)).tolist()
         return out
 
+    # ---- recurrent decode (picaso_core/decode.py drives the loop) ---------------------------
+    def _step_(self, ids: Tensor, ssm: Tensor, conv: Tensor, log_decay: Tensor) -> Tensor:
+        """One token per row, updating the batched state tensors IN PLACE; logits [b, V] float32."""
+        cfg = self.config
+        hidden = self.backbone.embedding(ids)  # [b, D]
+        residual = hidden.float() if cfg.residual_in_fp32 and hidden.dtype != torch.float64 else hidden
+        for i, layer in enumerate(self.backbone.layers):
+            out, la = layer.mixer.step(layer.norm(residual.to(hidden.dtype)), conv[:, i], ssm[:, i])
+            residual = residual + out.to(residual.dtype)
+            log_decay[:, i] += la.view(log_decay[:, i].shape)  # A(u x) = A(x) A(u)
+        return upcast(self.lm_head(self.backbone.norm_f(residual.to(hidden.dtype))))[0]
+
+    @torch.no_grad()
+    def step(self, token_ids: Tensor, state: ContextState | None = None) -> tuple[Tensor, ContextState]:
+        """One recurrent step: token_ids [b] (one token per row) read from `state` (None: empty;
+        single: shared; batched: one per row). Returns logits [b, V] (float32) and the new batched
+        state, equal to `forward(token_ids[:, None], state)`'s last position and state, in O(1)
+        of the tokens before: the conv window rolls, the SSM state is updated in closed form."""
+        if not isinstance(token_ids, Tensor) or token_ids.dim() != 1:
+            raise ValueError("token_ids must be a LongTensor of shape [batch] (one token per row)")
+        ids = self._check_ids(token_ids[:, None])[:, 0]
+        st = self._batched_state(state, ids.shape[0])
+        ssm, conv, log_decay = (t.clone(memory_format=torch.contiguous_format) for t in (st.ssm, st.conv, st.log_decay))
+        logits = self._step_(ids, ssm, conv, log_decay)
+        return logits, ContextState(ssm, conv, log_decay, tuple(int(n) + 1 for n in st.num_tokens))
+
+    @torch.no_grad()
+    def generate_batch(self, prompt_ids, states: Sequence[ContextState | None] | ContextState,
+                       max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
+                       seed: int | None = None, stop_at_eos: bool = True) -> list[list[int]]:
+        """Continue `prompt_ids` from every state at once; see `picaso_core.decode.generate_batch`."""
+        from picaso_core.decode import generate_batch
+
+        return generate_batch(self, prompt_ids, states, max_new_tokens, temperature, top_k, seed, stop_at_eos)
+
     @torch.no_grad()
     def generate(self, prompt_ids, state: ContextState | None = None, max_new_tokens: int = 32,
                  temperature: float = 1.0, top_k: int | None = None, seed: int | None = None,
                  stop_at_eos: bool = True) -> list[int]:
-        """Sample up to `max_new_tokens` after `prompt_ids` from `state`; recurrent, O(1) per token.
-        temperature 0 is greedy. Returns the new token ids."""
-        prompt = self._as_ids(prompt_ids)
-        if prompt.numel() == 0:
-            raise ValueError("generate needs a prompt of at least one token")
-        if temperature < 0 or (top_k is not None and top_k < 1):
-            raise ValueError("temperature must be >= 0 and top_k >= 1")
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(seed if seed is not None else torch.seed())
-        eos = getattr(self.tokenizer, "eos_id", None) if stop_at_eos else None
-        hidden, st = self.hidden_states(prompt[None], state)
-        out: list[int] = []
-        for _ in range(max_new_tokens):
-            logits = self.lm_head(hidden[0, -1]).float()[: self.config.vocab_size]
-            if temperature == 0:
-                nxt = int(logits.argmax())
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                nxt = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=gen))
-            out.append(nxt)
-            if nxt == eos:
-                break
-            hidden, st = self.hidden_states(torch.tensor([[nxt]]), st)
-        return out
+        """Sample up to `max_new_tokens` after `prompt_ids` from `state`: the one-row case of
+        `generate_batch` (temperature 0 is greedy; EOS ends it and is not returned)."""
+        return self.generate_batch(prompt_ids, [state], max_new_tokens, temperature, top_k, seed, stop_at_eos)[0]
 
     # ---- identity --------------------------------------------------------------------------
     def fingerprint(self, refresh: bool = False) -> str:

@@ -238,3 +238,12 @@ def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tens
         idx = lengths.view(b, 1, 1) + torch.arange(K - 1, device=x.device).view(1, 1, K - 1)
         new_state = full.gather(-1, idx.expand(b, C, K - 1))
     return y, upcast(new_state)[0]
+
+
+def conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tensor) -> Tensor:
+    """One token of `causal_conv`: x [b, C] (pre-conv input), conv_state [b, C, K-1] (the last
+    K-1 inputs, oldest first) rolled IN PLACE to end with x. Returns SiLU(conv) [b, C]."""
+    window = torch.cat([conv_state.to(x.dtype), x[..., None]], dim=-1)  # [b, C, K]
+    y = (window * weight[:, 0]).sum(-1)
+    conv_state.copy_(window[..., 1:])
+    return F.silu(y + bias if bias is not None else y)

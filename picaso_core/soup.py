@@ -482,13 +482,11 @@ def two_task_mix(model, state_a: ContextState, state_b: ContextState, prompt: st
         raise ValueError("the prompt is empty: type a query line such as 'bat →'")
     answers = [a if a.startswith(" ") else " " + a for a in answers if a.strip()]
     tok = model.tokenizer
-    rows = []
-    for w in ws:
-        mixed = compose("weighted", [state_a, state_b], weights=[float(w), 1.0 - float(w)])
-        gen = tok.decode(model.generate(tok.encode(prompt), mixed, max_new_tokens=max_new_tokens, temperature=0))
-        losses = {a.strip(): score_answer(model, [mixed], prompt, a)[0][0] for a in answers}
-        rows.append({"w": float(w), "generation": gen.split("\n")[0].strip(), "losses": losses})
-    return rows
+    mixes = [compose("weighted", [state_a, state_b], weights=[float(w), 1.0 - float(w)]) for w in ws]
+    gens = model.generate_batch(tok.encode(prompt), mixes, max_new_tokens=max_new_tokens)  # all w at once
+    losses = {a.strip(): score_answer(model, mixes, prompt, a)[0] for a in answers}  # one forward per answer
+    return [{"w": float(w), "generation": tok.decode(gen).split("\n")[0].strip(),
+             "losses": {a: v[i] for a, v in losses.items()}} for i, (w, gen) in enumerate(zip(ws, gens))]
 
 
 # --------------------------------------------------------------------------------------------

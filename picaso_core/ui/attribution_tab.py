@@ -123,7 +123,7 @@ def generate_answer(res: Resources, query: str, k: int = 5, picked: list[str] | 
     ids = choose_contexts(res, query, k, picked)
     state = compose("picaso_r", res.states(ids))
     tok = res.model.tokenizer
-    out = tok.decode(res.model.generate(tok.encode(query), state, max_new_tokens=int(max_new_tokens), temperature=0))
+    out = tok.decode(res.model.generate_batch(tok.encode(query), [state], max_new_tokens=int(max_new_tokens))[0])
     return out.split("\n")[0] or out  # one line: the demo's answers are one sentence
 
 

@@ -1,0 +1,182 @@
+"""Decode speed (issue 21): generating from 7 states one after another vs all at once, and the
+cost of one decode step vs the length of what came before. Side by side in one run.
+
+    python bench/decode_speed.py --shape demo                 # the bundled demo model, its 7 methods' states
+    python bench/decode_speed.py --shape mamba2-130m          # random weights, 7 random context states
+    python bench/decode_speed.py --shape mamba2-370m --device cuda --dtype bfloat16
+
+1. Rows x tokens (default 7 x 24, greedy, EOS ignored so every row makes the same number of tokens):
+   - scan/token: the engine before issue 21: per state, a prefill, then one forward through the
+     chunked scan per token (what `generate` did);
+   - sequential `generate`: per state, a prefill and recurrent `step`s (the one-row case);
+   - `generate_batch`: one batched prefill and batched steps for all rows.
+   Ratios against `generate_batch`. Targets on 2 CPU cores: >= 4x (demo), >= 3x (130m shape).
+2. ms per step vs prompt length (16, 256, 1024, 4096 tokens read before): the batched recurrent
+   step and the scan path's one-token forward, each from a state of that length; an SSM's decode
+   is O(1), so the ratio 4096 / 16 should be ~1 (target <= 1.3).
+3. Memory of the decode: the buffers it allocates once (state, token table), the per-step
+   activations (fixed, they do not grow with the tokens), and on CUDA the measured peak.
+On CUDA each figure is also printed against the memory-bandwidth floor (bench/limits.py): a step
+must read every weight once, and the state.
+Figures are medians of interleaved repeats (a shared machine hits all competitors alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from limits import add_limit_flags, limits, vs_limit  # noqa: E402
+
+from picaso_core import ContextState, ModelConfig, SSMLanguageModel, load_model  # noqa: E402
+from picaso_core.scan import upcast  # noqa: E402
+
+SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48)}  # (d_model, n_layer), config.json
+
+
+def build(shape: str, device: str, dtype: torch.dtype, rows: int):
+    """(model, prompt ids, `rows` states). demo: the 7 methods' states of the first held-out sample."""
+    if shape == "demo":
+        from picaso_core.data import load_corpus
+        from picaso_core.evaluate import METHODS, _build_state
+
+        model = load_model("demo").to(device=device, dtype=dtype).eval()
+        s = load_corpus("demo", "test").samples[0]
+        tok = model.tokenizer
+        ctx = [tok.encode(t) for _, t in s.contexts]
+        store = model.encode_contexts(ctx)
+        states = [_build_state(model, m, ctx, store) for m in METHODS]
+        return model, tok.encode(s.query), (states * rows)[:rows]
+    d, n = SHAPES[shape]
+    torch.manual_seed(0)
+    model = SSMLanguageModel(ModelConfig(d_model=d, n_layer=n, vocab_size=50277, pad_vocab_size_multiple=16,
+                                         ssm_cfg=dict(layer="Mamba2"))).to(device=device, dtype=dtype).eval()
+    g = torch.Generator().manual_seed(1)
+    ctx = [torch.randint(0, 50277, (60 + 20 * i,), generator=g).tolist() for i in range(rows)]
+    return model, torch.randint(0, 50277, (16,), generator=g).tolist(), model.encode_contexts(ctx)
+
+
+def timed(fn, device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+@torch.no_grad()
+def scan_generate(model, prompt, state, n: int) -> list[int]:
+    """The engine before issue 21: a forward through the chunked scan for every token."""
+    hidden, st = model.hidden_states(torch.tensor([prompt]), state)
+    out = []
+    for _ in range(n):
+        nxt = int(upcast(model.lm_head(hidden[0, -1]))[0][: model.config.vocab_size].argmax())
+        out.append(nxt)
+        if len(out) < n:
+            hidden, st = model.hidden_states(torch.tensor([[nxt]]), st)
+    return out
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=["demo", *SHAPES], default="demo")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    ap.add_argument("--rows", type=int, default=7)
+    ap.add_argument("--tokens", type=int, default=24)
+    ap.add_argument("--lengths", default="16,256,1024,4096")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10, help="steps timed per prompt length")
+    ap.add_argument("--threads", type=int, default=None)
+    add_limit_flags(ap)
+    args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device is visible")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    model, prompt, states = build(args.shape, args.device, dtype, args.rows)
+    bw, _, label = limits(args.device, args.dtype, args)
+    step_bytes = weight_bytes(model) + 2 * sum(s.nbytes for s in states)  # weights once, state read + written
+    floor = step_bytes / bw if bw else None
+    print(f"# decode_speed: {args.shape}, {args.dtype}, {args.device}, {torch.get_num_threads()} threads; "
+          f"{args.rows} rows x {args.tokens} tokens, prompt {len(prompt)} tokens; limits: {label}\n")
+
+    # 1. sequential vs batched
+    n = args.tokens
+    fns = {
+        "scan/token, sequential": lambda: [scan_generate(model, prompt, s, n) for s in states],
+        "generate, sequential": lambda: [model.generate(prompt, s, n, temperature=0, stop_at_eos=False) for s in states],
+        "generate_batch": lambda: model.generate_batch(prompt, states, n, stop_at_eos=False),
+    }
+    same = fns["generate_batch"]() == fns["generate, sequential"]() == fns["scan/token, sequential"]()
+    times = {k: [] for k in fns}
+    for _ in range(args.repeats):
+        for k, fn in fns.items():
+            times[k].append(timed(fn, args.device))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"## {args.rows} states x {n} tokens (greedy outputs identical: {same})\n")
+    print("| way | total s | ms / token / row | generate_batch faster by |\n|---|---|---|---|")
+    for k, v in med.items():
+        print(f"| {k} | {v:.3f} | {v / (n * args.rows) * 1e3:.2f} | {v / med['generate_batch']:.2f}x |")
+
+    # 2. one step vs the length read before
+    print(f"\n## ms per decode step ({args.rows} rows) vs tokens read before\n")
+    print("| tokens before | recurrent step | scan path, 1-token forward | step vs the bandwidth floor |\n|---|---|---|---|")
+    g = torch.Generator().manual_seed(2)
+    per_len = {}
+    for L in [int(x) for x in args.lengths.split(",")]:
+        st = model.encode_context(torch.randint(0, model.config.vocab_size, (L,), generator=g))
+        batch = ContextState.stack([st] * args.rows)
+        ssm, conv, ld = batch.ssm.clone(), batch.conv.clone(), batch.log_decay.clone()
+        ids = torch.randint(0, model.config.vocab_size, (args.rows,), generator=g).to(model.device)
+        step = lambda: model._step_(ids, ssm, conv, ld)  # noqa: E731
+        scan = lambda: model.hidden_states(ids[:, None], batch)  # noqa: E731
+        with torch.no_grad():
+            step(), scan()  # warm-up
+            ts = {"step": [], "scan": []}
+            for _ in range(args.steps):
+                ts["step"].append(timed(step, args.device))
+                ts["scan"].append(timed(scan, args.device))
+        per_len[L] = {k: statistics.median(v) for k, v in ts.items()}
+        print(f"| {L} | {per_len[L]['step'] * 1e3:.2f} ms | {per_len[L]['scan'] * 1e3:.2f} ms | "
+              f"{vs_limit(per_len[L]['step'], floor)} |")
+    lo, hi = min(per_len), max(per_len)
+    print(f"\nstep time ratio {hi} / {lo} tokens: {per_len[hi]['step'] / per_len[lo]['step']:.2f} "
+          f"(scan path: {per_len[hi]['scan'] / per_len[lo]['scan']:.2f}); recurrent step vs scan 1-token "
+          f"forward at {lo}: {per_len[lo]['scan'] / per_len[lo]['step']:.2f}x faster")
+
+    # 3. memory
+    cfg = model.config
+    b, E = args.rows, cfg.d_inner
+    state_b = b * states[0].nbytes
+    width = 2 * E + 2 * cfg.ssm_cfg.ngroups * cfg.ssm_cfg.d_state + cfg.nheads  # in_proj output
+    act = b * 4 * (width + cfg.conv_dim * cfg.ssm_cfg.d_conv + 2 * cfg.nheads * cfg.ssm_cfg.headdim
+                   * cfg.ssm_cfg.d_state + cfg.padded_vocab_size)  # widest live temporaries of one step
+    print(f"\n## memory\n\nweights {weight_bytes(model) / 2**20:.1f} MiB; decode buffers, allocated once: state "
+          f"{state_b / 2**20:.2f} MiB ({b} rows), token table {b * n * 8} B; per-step activations about "
+          f"{act / 2**20:.2f} MiB, the same at every step (nothing grows with the tokens).")
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        model.generate_batch(prompt, states, n, stop_at_eos=False)
+        print(f"measured CUDA peak above the weights and inputs during generate_batch: "
+              f"{(torch.cuda.max_memory_allocated() - base) / 2**20:.1f} MiB (the prefill's activations)")
+
+
+if __name__ == "__main__":
+    main()

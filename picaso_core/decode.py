@@ -1,0 +1,115 @@
+"""Batched recurrent decoding: one prefill of a prompt from many states, then O(1) steps.
+
+An SSM's decode step costs the same whatever came before (the slides' complexity table, seed 004):
+the state carries everything, so a token is a closed-form update of the conv window and the SSM
+state (`SSMLanguageModel.step`, `Mamba2Mixer.step`, `Mamba1Mixer.step`), not a forward through the
+chunked scan. Compose & compare continues one query from 7 composed states: here they are one batch,
+so a token costs one pass over the weights for all of them instead of one each.
+
+    prefill   hidden_states(prompt repeated b times, the b states stacked): one batched forward;
+              the states may hold different numbers of tokens (the count only labels a state)
+    decode    max_new_tokens - 1 calls of SSMLanguageModel._step_ on the same state buffers
+
+Memory: the decode buffers are allocated once, before the first step: the batched state (b x the
+model's state bytes, updated in place) and a [b, max_new_tokens] token table. Each step's activations
+are [b, layer width] and do not grow with the tokens generated or with the prompt. The peak is the
+prefill's (weights + b x prompt length x the widest activation of a layer); bench/decode_speed.py
+prints the buffer sizes.
+
+EOS: with stop_at_eos, a row stops at the tokenizer's end-of-text token, which is NOT returned (the
+ids are the text before it); the other rows go on. Finished rows keep being stepped (the batch keeps
+its shape and buffers) and their extra tokens are dropped; the loop ends when every row is done.
+
+Sampling: every row draws from its own generator seeded with `seed`, so row i equals `generate` on
+state i alone with that seed, and methods compared side by side share their random numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from picaso_core.scan import upcast
+from picaso_core.state import ContextState
+
+
+def _stacked_states(model, states) -> ContextState:
+    """The given states as one batched state on the model's device (None: the empty state)."""
+    if isinstance(states, ContextState):
+        states = states.unbind()
+    states = list(states) if states is not None else []
+    if not states:
+        raise ValueError("generate_batch needs at least one state (None or model.empty_state() for no context)")
+    rows = []
+    for i, s in enumerate(states):
+        s = model.empty_state() if s is None else s
+        if not isinstance(s, ContextState):
+            raise ValueError(f"state {i} is a {type(s).__name__}, not a ContextState")
+        if s.batched:
+            raise ValueError(f"state {i} is batched; give single states (or one batched ContextState)")
+        s.check_shapes(model.state_shapes, what=f"state {i}")
+        rows.append(s.to(model.device))
+    return ContextState.stack(rows)
+
+
+def _pick(logits: Tensor, temperature: float, top_k: int | None, gens: list[torch.Generator]) -> Tensor:
+    """Next token per row from logits [b, V]: argmax at temperature 0, else a draw per row."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, -1)
+    return torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(gens)])
+
+
+@torch.no_grad()
+def generate_batch(model, prompt_ids, states: Sequence[ContextState | None] | ContextState,
+                   max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
+                   seed: int | None = None, stop_at_eos: bool = True) -> list[list[int]]:
+    """Continue `prompt_ids` after each of `states` (single states, None for the empty state, or one
+    batched ContextState): one batched prefill, then batched recurrent steps.
+
+    temperature 0 is greedy (token-identical to `model.generate` on each state alone); > 0 samples,
+    each row from a generator seeded with `seed` (None: one fresh random seed for all rows).
+    Returns one list of new token ids per state, EOS excluded (see the module docstring)."""
+    prompt = model._as_ids(prompt_ids)
+    if prompt.numel() == 0:
+        raise ValueError("generate needs a prompt of at least one token")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be a whole number >= 0, got {max_new_tokens!r}")
+    if temperature < 0 or (top_k is not None and top_k < 1):
+        raise ValueError("temperature must be >= 0 and top_k >= 1")
+    st = _stacked_states(model, states)
+    b, V = st.batch_size, model.config.vocab_size
+    if max_new_tokens == 0:
+        model._check_ids(prompt[None])  # bad ids fail the same with or without a budget
+        return [[] for _ in range(b)]
+
+    hidden, st = model.hidden_states(prompt[None].expand(b, -1), st)  # the one prefill
+    logits = upcast(model.lm_head(hidden[:, -1]))[0][:, :V]
+    del hidden  # the prefill's activations are the peak; free them before decoding
+    ssm, conv, log_decay = st.ssm, st.conv, st.log_decay  # fresh tensors: the decode buffers
+
+    base = seed if seed is not None else torch.seed()
+    gens = [torch.Generator(device=model.device).manual_seed(base) for _ in range(b)] if temperature > 0 else []
+    eos = getattr(model.tokenizer, "eos_id", None) if stop_at_eos else None
+    out = torch.empty(b, max_new_tokens, dtype=torch.long, device=model.device)
+    length = torch.full((b,), max_new_tokens, dtype=torch.long, device=model.device)
+    done = torch.zeros(b, dtype=torch.bool, device=model.device)
+    for t in range(max_new_tokens):
+        nxt = _pick(logits, temperature, top_k, gens)
+        out[:, t] = nxt
+        if eos is not None:
+            hit = (nxt == eos) & ~done
+            length.masked_fill_(hit, t)
+            done |= hit
+            if bool(done.all()):
+                break
+        if t + 1 < max_new_tokens:
+            logits = model._step_(nxt, ssm, conv, log_decay)[:, :V]
+    out, length = out.cpu(), length.tolist()
+    return [out[i, :length[i]].tolist() for i in range(b)]
