@@ -31,6 +31,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from picaso_core.model import layer_major
 from picaso_core.scan import upcast
 from picaso_core.state import ContextState
 
@@ -92,7 +93,8 @@ def generate_batch(model, prompt_ids, states: Sequence[ContextState | None] | Co
     hidden, st = model.hidden_states(prompt[None].expand(b, -1), st)  # the one prefill
     logits = upcast(model.lm_head(hidden[:, -1]))[0][:, :V]
     del hidden  # the prefill's activations are the peak; free them before decoding
-    ssm, conv, log_decay = st.ssm, st.conv, st.log_decay  # fresh tensors: the decode buffers
+    ssm, conv, log_decay = layer_major(st)  # the decode buffers, allocated once
+    del st
 
     base = seed if seed is not None else torch.seed()
     gens = [torch.Generator(device=model.device).manual_seed(base) for _ in range(b)] if temperature > 0 else []

@@ -29,6 +29,12 @@ from picaso_core.scan import causal_conv, conv_step, selective_scan, ssd_scan, u
 from picaso_core.state import ContextState
 
 
+def layer_major(st: ContextState) -> tuple[Tensor, Tensor, Tensor]:
+    """Copies of a batched state's tensors [b, L, ...] stored layer by layer, so that each layer's
+    slice [:, i] is contiguous (the decode step updates it in place through views)."""
+    return tuple(t.transpose(0, 1).contiguous().transpose(0, 1) for t in (st.ssm, st.conv, st.log_decay))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d: int, eps: float):
         super().__init__()
@@ -120,12 +126,14 @@ class Mamba2Mixer(nn.Module):
         dt = F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]).clamp(*s.dt_limit)  # [b, H]
         la = dt * -torch.exp(upcast(self.A_log)[0])  # dt·A, the step's log-decay
         # h = exp(dt A) h + dt B x;  y = C h   (Mamba-2 paper eq. 1 with scalar A per head)
-        xh, Bg, Cg = upcast(x.view(b, H, s.headdim), B.view(b, s.ngroups, 1, s.d_state),
-                            C.view(b, s.ngroups, 1, s.d_state))
-        h = ssm_state.view(b, s.ngroups, H // s.ngroups, s.headdim, s.d_state)  # heads grouped
-        h.mul_(la.exp().view(b, s.ngroups, -1, 1, 1))
-        h.add_((dt[..., None] * xh).view(b, s.ngroups, -1, s.headdim, 1) * Bg[:, :, :, None, :])
-        y = (h @ Cg[:, :, :, :, None]).view(b, H, s.headdim)
+        # ssm_state is contiguous (decode buffers are layer-major): one view [b·G, heads·P, N] per
+        # group, so the outer product dt x B^T accumulates in place (baddbmm) and C h is one bmm
+        bg, N = b * s.ngroups, s.d_state
+        xf, B, C = upcast(x.view(b, H, s.headdim), B.reshape(bg, 1, N), C.reshape(bg, N, 1))
+        ssm_state.mul_(la.exp()[..., None, None])
+        h = ssm_state.view(bg, -1, N)
+        h.baddbmm_((dt[..., None] * xf).view(bg, -1, 1), B)
+        y = torch.bmm(h, C).view(b, H, s.headdim)
         y = y.to(x.dtype) + x.view(b, H, s.headdim) * self.D[:, None].to(x.dtype)
         return self.out_proj(self.norm(y.reshape(b, E), z)), la
 
@@ -179,8 +187,8 @@ class Mamba1Mixer(nn.Module):
         la = dt[..., None] * -torch.exp(upcast(self.A_log)[0])  # [b, E, N]
         xf, B, C = upcast(x, B, C)
         # h = exp(dt A) h + dt B x;  y = Σ_n C h   (Mamba-1, per channel and state dimension)
-        ssm_state.mul_(la.exp()).add_((dt * xf)[..., None] * B[:, None, :])
-        y = (ssm_state @ C[:, :, None]).squeeze(-1)
+        ssm_state.mul_(la.exp()).baddbmm_((dt * xf)[..., None], B[:, None, :])
+        y = torch.bmm(ssm_state, C[:, :, None]).squeeze(-1)
         y = y.to(x.dtype) + x * self.D.to(x.dtype)
         return self.out_proj(y * F.silu(z)), la
 
@@ -373,7 +381,8 @@ class SSMLanguageModel(nn.Module):
 
     # ---- recurrent decode (picaso_core/decode.py drives the loop) ---------------------------
     def _step_(self, ids: Tensor, ssm: Tensor, conv: Tensor, log_decay: Tensor) -> Tensor:
-        """One token per row, updating the batched state tensors IN PLACE; logits [b, V] float32."""
+        """One token per row, updating the batched state tensors IN PLACE; logits [b, V] float32.
+        ssm, conv, log_decay [b, L, ...] with every layer's slice contiguous (`layer_major`)."""
         cfg = self.config
         hidden = self.backbone.embedding(ids)  # [b, D]
         residual = hidden.float() if cfg.residual_in_fp32 and hidden.dtype != torch.float64 else hidden
@@ -393,7 +402,7 @@ class SSMLanguageModel(nn.Module):
             raise ValueError("token_ids must be a LongTensor of shape [batch] (one token per row)")
         ids = self._check_ids(token_ids[:, None])[:, 0]
         st = self._batched_state(state, ids.shape[0])
-        ssm, conv, log_decay = (t.clone(memory_format=torch.contiguous_format) for t in (st.ssm, st.conv, st.log_decay))
+        ssm, conv, log_decay = layer_major(st)
         logits = self._step_(ids, ssm, conv, log_decay)
         return logits, ContextState(ssm, conv, log_decay, tuple(int(n) + 1 for n in st.num_tokens))
 
