@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from picaso_core.config import ModelConfig
-from picaso_core.scan import causal_conv, conv_step, selective_scan, ssd_scan, upcast
+from picaso_core.scan import causal_conv, conv_step, selective_scan, ssd_scan, state_update, upcast
 from picaso_core.state import ContextState
 
 
@@ -124,18 +124,12 @@ class Mamba2Mixer(nn.Module):
         xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
         x, B, C = xBC.split([E, GN, GN], dim=-1)
         dt = F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]).clamp(*s.dt_limit)  # [b, H]
-        la = dt * -torch.exp(upcast(self.A_log)[0])  # dt·A, the step's log-decay
-        # h = exp(dt A) h + dt B x;  y = C h   (Mamba-2 paper eq. 1 with scalar A per head)
-        # ssm_state is contiguous (decode buffers are layer-major): one view [b·G, heads·P, N] per
-        # group, so the outer product dt x B^T accumulates in place (baddbmm) and C h is one bmm
-        bg, N = b * s.ngroups, s.d_state
-        xf, B, C = upcast(x.view(b, H, s.headdim), B.reshape(bg, 1, N), C.reshape(bg, N, 1))
-        ssm_state.mul_(la.exp()[..., None, None])
-        h = ssm_state.view(bg, -1, N)
-        h.baddbmm_((dt[..., None] * xf).view(bg, -1, 1), B)
-        y = torch.bmm(h, C).view(b, H, s.headdim)
+        A = -torch.exp(upcast(self.A_log)[0])  # [H]
+        # h = exp(dt A) h + dt B x;  y = C h   (Mamba-2 paper eq. 1, a scalar A per head)
+        y = state_update(ssm_state, x.view(b, H, s.headdim), dt, A, B.view(b, s.ngroups, s.d_state),
+                         C.view(b, s.ngroups, s.d_state))
         y = y.to(x.dtype) + x.view(b, H, s.headdim) * self.D[:, None].to(x.dtype)
-        return self.out_proj(self.norm(y.reshape(b, E), z)), la
+        return self.out_proj(self.norm(y.reshape(b, E), z)), dt * A  # dt·A: the step's log-decay
 
 
 class Mamba1Mixer(nn.Module):
@@ -184,13 +178,11 @@ class Mamba1Mixer(nn.Module):
         x = conv_step(x, self.conv1d.weight, self.conv1d.bias, conv_state)
         dt, B, C = self.x_proj(x).split([R, N, N], dim=-1)
         dt = F.softplus(upcast(self.dt_proj(dt))[0])  # [b, E]
-        la = dt[..., None] * -torch.exp(upcast(self.A_log)[0])  # [b, E, N]
-        xf, B, C = upcast(x, B, C)
+        A = -torch.exp(upcast(self.A_log)[0])  # [E, N]
         # h = exp(dt A) h + dt B x;  y = Σ_n C h   (Mamba-1, per channel and state dimension)
-        ssm_state.mul_(la.exp()).baddbmm_((dt * xf)[..., None], B[:, None, :])
-        y = torch.bmm(ssm_state, C[:, :, None]).squeeze(-1)
+        y = state_update(ssm_state, x, dt, A, B, C)
         y = y.to(x.dtype) + x * self.D.to(x.dtype)
-        return self.out_proj(y * F.silu(z)), la
+        return self.out_proj(y * F.silu(z)), dt[..., None] * A
 
 
 class Block(nn.Module):

@@ -35,6 +35,16 @@ try:
 except Exception:
     _causal_conv1d_fn = None
 
+try:  # the one-token kernels of the decode step (`conv_step`, `state_update`)
+    from mamba_ssm.ops.triton.selective_state_update import selective_state_update as _selective_state_update
+except Exception:
+    _selective_state_update = None
+
+try:
+    from causal_conv1d import causal_conv1d_update as _causal_conv1d_update
+except Exception:
+    _causal_conv1d_update = None
+
 
 def upcast(*ts: Tensor) -> tuple[Tensor, ...]:
     """Cast to the accumulation dtype: float32, or float64 when the inputs are (gradcheck)."""
@@ -45,7 +55,9 @@ def upcast(*ts: Tensor) -> tuple[Tensor, ...]:
 def gpu_kernels_available() -> dict[str, bool]:
     """Which optional CUDA kernels imported (used only for CUDA tensors)."""
     return {"mamba_chunk_scan_combined": _mamba_chunk_scan_combined is not None,
-            "causal_conv1d_fn": _causal_conv1d_fn is not None}
+            "causal_conv1d_fn": _causal_conv1d_fn is not None,
+            "selective_state_update": _selective_state_update is not None,
+            "causal_conv1d_update": _causal_conv1d_update is not None}
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,7 +255,37 @@ def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tens
 def conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tensor) -> Tensor:
     """One token of `causal_conv`: x [b, C] (pre-conv input), conv_state [b, C, K-1] (the last
     K-1 inputs, oldest first) rolled IN PLACE to end with x. Returns SiLU(conv) [b, C]."""
+    if x.is_cuda and _causal_conv1d_update is not None and conv_state.dtype == x.dtype:
+        # same contract (the kernel keeps the last state_len >= K-1 columns of [state ++ x]); it
+        # takes a state of the input's dtype only, so float32 models (states are float32)
+        return _causal_conv1d_update(x, conv_state, weight.squeeze(1), bias, activation="silu")
     window = torch.cat([conv_state.to(x.dtype), x[..., None]], dim=-1)  # [b, C, K]
     y = (window * weight[:, 0]).sum(-1)
     conv_state.copy_(window[..., 1:])
     return F.silu(y + bias if bias is not None else y)
+
+
+def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> Tensor:
+    """One step of the recurrence, IN PLACE on h: h = exp(dt A) h + dt x B^T, returns y = C h.
+
+    Args (Mamba-2 | Mamba-1):
+        h: [b, H, P, N] | [b, E, N], contiguous, float32; x: [b, H, P] | [b, E];
+        dt: [b, H] | [b, E] (softplus'ed); A: [H] | [E, N] (< 0); B, C: [b, G, N] | [b, N].
+    Returns y [b, H, P] | [b, E] (float32), without the D skip and the gate.
+    On CUDA with mamba_ssm, its selective_state_update kernel (one launch instead of five)."""
+    two = h.dim() == 4
+    if h.is_cuda and _selective_state_update is not None:
+        if two:  # the kernel's Mamba-2 layout: dt and A per (head, channel), strides 0 where shared
+            P, N = h.shape[2:]
+            dt, A = dt[..., None].expand(*dt.shape, P), A[:, None, None].expand(-1, P, N)
+        return _selective_state_update(h, x, dt, A, B, C).float()
+    b, N = h.shape[0], h.shape[-1]
+    x, dt, A, B, C = upcast(x, dt, A, B, C)
+    if two:  # one view [b·G, heads·P, N] per group: dt x B^T accumulates in place, C h is one bmm
+        G, H, P = B.shape[1], h.shape[1], h.shape[2]
+        h.mul_(torch.exp(dt * A)[..., None, None])
+        hg = h.view(b * G, -1, N)
+        hg.baddbmm_((dt[..., None] * x).view(b * G, -1, 1), B.reshape(b * G, 1, N))
+        return torch.bmm(hg, C.reshape(b * G, N, 1)).view(b, H, P)
+    h.mul_(torch.exp(dt[..., None] * A)).baddbmm_((dt * x)[..., None], B[:, None, :])
+    return torch.bmm(h, C[:, :, None]).squeeze(-1)

@@ -16,7 +16,10 @@ pytestmark = [
 
 
 @pytest.mark.skipif(not kernels["mamba_chunk_scan_combined"], reason="mamba_ssm not installed")
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 3e-2)])
+# Tolerances from the H100 run of issue 25: the Triton kernel's float32 path computes at TF32
+# precision (kernel vs reference 1.3-1.9e-3 relative, measured), so float32 gets 5e-3 (a 2.5x margin),
+# not a float32-level 1e-3, which it failed; bfloat16 measured 3-6e-3 and keeps 3e-2.
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 5e-3), (torch.bfloat16, 3e-2)])
 def test_ssd_kernel_matches_reference(dtype, tol):
     torch.manual_seed(0)
     b, l, h, p, g, n = 2, 300, 8, 64, 2, 64
@@ -50,5 +53,37 @@ def test_model_on_gpu_matches_cpu_with_states():
     st = m.encode_context(torch.randint(0, TINY_VOCAB, (17,)))
     ref, ref_state = m(ids, st)
     got, got_state = m.to("cuda")(ids.cuda(), st)
-    assert (got.cpu() - ref).abs().max().item() < 1e-3
-    assert (got_state.ssm.cpu() - ref_state.ssm).abs().max().item() < 1e-3
+    # measured on the H100 (issue 25, demo model): pure torch on CUDA 1.7e-6 (state) / 1.6e-5 (loss)
+    # relative to the CPU; with the Triton SSD kernel (TF32) 1.3e-3 / 6.5e-4. Limits ~4x above.
+    tol = 5e-3 if kernels["mamba_chunk_scan_combined"] else 1e-4
+    assert (got.cpu() - ref).abs().max().item() <= tol * ref.abs().max().item()
+    assert (got_state.ssm.cpu() - ref_state.ssm).abs().max().item() <= tol * ref_state.ssm.abs().max().item()
+
+
+@pytest.mark.parametrize("family", ["Mamba2", "Mamba1"])
+def test_decode_step_on_gpu_matches_cpu(family):
+    """`step` on CUDA (selective_state_update / causal_conv1d_update when installed, else pure
+    torch) against the CPU reference; the one-token kernels are elementwise float32 (no TF32)."""
+    m = tiny_model(family)
+    st = m.encode_context(torch.randint(0, TINY_VOCAB, (13,)))
+    ids = torch.randint(0, TINY_VOCAB, (3,))
+    ref, ref_state = m.step(ids, st)
+    got, got_state = m.to("cuda").step(ids.cuda(), st)
+    for a, r in ((got, ref), (got_state.ssm, ref_state.ssm), (got_state.conv, ref_state.conv),
+                 (got_state.log_decay, ref_state.log_decay)):
+        assert (a.cpu() - r).abs().max().item() <= 1e-4 * max(1.0, r.abs().max().item())
+
+
+def test_cuda_graph_decode_equals_eager(monkeypatch):
+    """The CUDA-graph decode (captured once per batch size, replayed per token) gives the eager
+    path's tokens, also when a second call reuses the captured graph with other states."""
+    from picaso_core import decode
+
+    m = tiny_model("Mamba2").to("cuda")
+    states = [None, m.encode_context(torch.randint(0, TINY_VOCAB, (9,)))]
+    prompt = torch.randint(0, TINY_VOCAB, (5,)).tolist()
+    monkeypatch.setattr(decode, "CUDA_GRAPHS", False)
+    eager = [m.generate_batch(prompt, s, max_new_tokens=12) for s in (states, states[::-1])]
+    monkeypatch.setattr(decode, "CUDA_GRAPHS", True)
+    graphed = [m.generate_batch(prompt, s, max_new_tokens=12) for s in (states, states[::-1])]
+    assert graphed == eager and len(m._decode_graphs) == 1
