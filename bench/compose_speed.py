@@ -15,6 +15,7 @@ ratios of figures taken in the same run. Prints markdown tables.
     python bench/compose_speed.py               # ~1 minute on an idle 2-core CPU, ~4 when shared
     python bench/compose_speed.py --threads 1   # on a shared machine: stable figures (see below)
     python bench/compose_speed.py --quick       # n = 1, 2, 5 and shorter contexts
+    python bench/compose_speed.py --device cuda # GPU: the weighted sum next to the bandwidth floor
 On an oversubscribed machine (other jobs on the same cores) a multi-threaded op can wait a whole
 scheduler slice for its second thread, and everything slows down 2-5x at random; one thread per
 process gives reproducible medians.
@@ -31,6 +32,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from limits import add_limit_flags, limits  # noqa: E402
 
 from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
 from picaso_core.compose import compose, compose_tokens, composition_weights, weighted_sum  # noqa: E402
@@ -41,6 +45,8 @@ STATE_METHODS = {"soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S", "picaso
 def seconds(fn) -> float:
     t0 = time.perf_counter()
     fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 
@@ -67,7 +73,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--picconcat-max-n", type=int, default=5, help="largest n for PICConcat-R (n^2 contexts)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    add_limit_flags(ap)
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device is visible")
     if args.threads:
         torch.set_num_threads(args.threads)
     ns = (1, 2, 5) if args.quick else (1, 2, 5, 10, 20)
@@ -77,15 +87,16 @@ def main() -> None:
     torch.manual_seed(args.seed)
     cfg = ModelConfig(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(layer="Mamba2"),
                       pad_vocab_size_multiple=16)
-    model = SSMLanguageModel(cfg).eval()
+    model = SSMLanguageModel(cfg).eval().to(args.device)
     g = torch.Generator().manual_seed(args.seed)
     contexts = [torch.randint(0, cfg.vocab_size, (ctx_len,), generator=g).tolist() for _ in range(max(ns))]
     t0 = time.perf_counter()
     states = model.encode_contexts(contexts)
     db_s = time.perf_counter() - t0
     state_mb = cfg.state_nbytes() / 2**20
-    print(f"# compose_speed: mamba2-130m shape, float32, CPU, {torch.get_num_threads()} threads, "
-          f"{max(ns)} contexts x {ctx_len} tokens")
+    peak_bw, _, label = limits(args.device, "float32", args)
+    print(f"# compose_speed: mamba2-130m shape, float32, {args.device}, {torch.get_num_threads()} threads, "
+          f"{max(ns)} contexts x {ctx_len} tokens; limits: {label}")
     print(f"state: {state_mb:.1f} MiB per context; database build (encode_contexts of all): {db_s:.1f} s\n")
 
     # 1. composition from stored states (no forward pass): every (n, method) in each round
@@ -138,6 +149,9 @@ def main() -> None:
                         ("clone", "clone of the stacked states", "2n·state"),
                         ("copy_", "copy_ into a preallocated buffer", "2n·state")):
         print(f"| {label} | {b} | {ms(t[k])} | {bw[k] / 1e9:.1f} |")
+    if peak_bw:
+        print(f"\nagainst the device's bandwidth ({peak_bw / 1e9:.0f} GB/s): weighted sum "
+              f"{bw['wsum'] / peak_bw:.0%}, copy_ {bw['copy_'] / peak_bw:.0%} at the medians")
     print(f"\nweighted sum / clone: {bw['wsum'] / bw['clone']:.0%} at the medians, "
           f"{bw_min['wsum'] / bw_min['clone']:.0%} at the minima; / copy_: {bw['wsum'] / bw['copy_']:.0%} "
           f"and {bw_min['wsum'] / bw_min['copy_']:.0%}. clone pays page faults on its fresh allocation; "

@@ -75,12 +75,14 @@ def timed(fn, device: str) -> float:
 
 
 @torch.no_grad()
-def scan_generate(model, prompt, state, n: int) -> list[int]:
+def scan_generate(model, prompt, state, n: int, eos: int | None = None) -> list[int]:
     """The engine before issue 21: a forward through the chunked scan for every token."""
     hidden, st = model.hidden_states(torch.tensor([prompt]), state)
     out = []
     for _ in range(n):
         nxt = int(upcast(model.lm_head(hidden[0, -1]))[0][: model.config.vocab_size].argmax())
+        if nxt == eos:
+            break
         out.append(nxt)
         if len(out) < n:
             hidden, st = model.hidden_states(torch.tensor([[nxt]]), st)
@@ -89,6 +91,43 @@ def scan_generate(model, prompt, state, n: int) -> list[int]:
 
 def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def click(model, args) -> None:
+    """The Compose & compare click in-process (run_methods: 7 methods, k = 5, --tokens each, EOS
+    stops) as it is now (generation batched) and with the pre-issue-21 generation swapped in (one
+    method at a time, a scan forward per token). The app's click adds retrieval and the UI."""
+    from picaso_core.data import load_corpus
+    from picaso_core.evaluate import run_methods
+
+    s = load_corpus("demo", "test").samples[1]
+    tok = model.tokenizer
+    ctx = [tok.encode(t + "\n\n") for _, t in s.contexts[-5:]]
+    store = model.encode_contexts(ctx)
+    q, c = tok.encode(s.query), tok.encode(s.continuation)
+
+    def before():  # run_methods with the engine's generation as it was: one method at a time, scan/token
+        model.generate_batch = lambda p, states, max_new_tokens, **kw: [
+            scan_generate(model, p, st, max_new_tokens, tok.eos_id) for st in states]
+        try:
+            return run_methods(model, q, c, ctx, store, generate_tokens=args.tokens)
+        finally:
+            del model.generate_batch  # the method again
+
+    fns = {"before: 7 x scan/token generate": before,
+           "now: generate_batch": lambda: run_methods(model, q, c, ctx, store,
+                                                                        generate_tokens=args.tokens)}
+    ts = {k: [] for k in fns}
+    for _ in range(args.repeats + 1):
+        for k, fn in fns.items():
+            ts[k].append(timed(fn, args.device))
+    print(f"\n## The Compose & compare click in-process (k = 5, 7 methods, {args.tokens} tokens)\n")
+    print("| way | wall s (median) |\n|---|---|")
+    med = {k: statistics.median(v[1:]) for k, v in ts.items()}  # round 0: warm-up
+    for k, v in med.items():
+        print(f"| {k} | {v:.3f} |")
+    a, b = med.values()
+    print(f"\nnow faster by {a / b:.2f}x")
 
 
 def main() -> None:
@@ -163,6 +202,9 @@ def main() -> None:
     print(f"\nstep time ratio {hi} / {lo} tokens: {per_len[hi]['step'] / per_len[lo]['step']:.2f} of medians, "
           f"{best[hi]['step'] / best[lo]['step']:.2f} of minima (scan path: {per_len[hi]['scan'] / per_len[lo]['scan']:.2f}); "
           f"recurrent step vs scan 1-token forward at {lo}: {per_len[lo]['scan'] / per_len[lo]['step']:.2f}x faster")
+
+    if args.shape == "demo":
+        click(model, args)
 
     # 3. memory
     cfg = model.config

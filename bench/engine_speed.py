@@ -2,6 +2,7 @@
 
     python bench/engine_speed.py            # mamba2-130m shape, random weights, float32, CPU
     python bench/engine_speed.py --quick    # a smaller model, for a smoke run
+    python bench/engine_speed.py --device cuda --dtype bfloat16   # GPU, next to the peak-FLOPs floor
 
 Measured side by side in one run, on the same weights:
   * batched `encode_contexts` (32 contexts x 128 tokens, one padded batch)
@@ -25,6 +26,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from limits import add_limit_flags, limits, vs_limit  # noqa: E402
 
 from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
 
@@ -68,6 +72,8 @@ def timed(fn, repeats: int) -> float:
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -90,12 +96,19 @@ def main(argv=None) -> None:
     ap.add_argument("--contexts", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    add_limit_flags(ap)
     args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device is visible")
 
     torch.manual_seed(0)
+    dtype = getattr(torch, args.dtype)
     model = SSMLanguageModel(mamba2_130m_config(args.quick)).eval()
-    hf = transformers_twin(model)
-    ctx = torch.randint(0, 50277, (args.contexts, args.tokens))
+    hf = transformers_twin(model).to(args.device, dtype)
+    model.to(args.device, dtype)
+    ctx = torch.randint(0, 50277, (args.contexts, args.tokens), device=args.device)
     n_tok = ctx.numel()
 
     with torch.no_grad():
@@ -108,9 +121,13 @@ def main(argv=None) -> None:
         t_single = timed(lambda: [model.encode_context(c) for c in ctx], max(1, args.repeats - 1))
         t_hf = timed(lambda: hf(ctx), args.repeats)
 
+    params = sum(p.numel() for p in model.parameters())
+    _, peak, label = limits(args.device, args.dtype, args)
     print(f"model: d_model={model.config.d_model} n_layer={model.config.n_layer} "
-          f"({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M params), float32, "
-          f"{torch.get_num_threads()} threads; {args.contexts} contexts x {args.tokens} tokens")
+          f"({params / 1e6:.0f}M params), {args.dtype}, {args.device}, "
+          f"{torch.get_num_threads()} threads; {args.contexts} contexts x {args.tokens} tokens; limits: {label}")
+    # a forward costs ~2 FLOPs per weight per token (the scan's own FLOPs are small next to it)
+    print(f"batched encode vs the peak-FLOPs floor: {vs_limit(t_batched, 2 * params * n_tok / peak if peak else None)}")
     print(f"hidden-state parity with transformers: max |diff| = {parity:.2e}\n")
     print("| path | tokens/s | vs batched encode_contexts |\n|---|---|---|")
     for name, t in (("encode_contexts (batched)", t_batched), ("encode_context one at a time", t_single),
