@@ -31,6 +31,7 @@ buffers and replayed per token. Off CUDA it is never used.
 
 from __future__ import annotations
 
+import numbers
 import os
 from typing import Callable, Sequence
 
@@ -131,7 +132,7 @@ def generate_batch(model, prompt_ids, states: Sequence[ContextState | None] | Co
     prompt = model._as_ids(prompt_ids)
     if prompt.numel() == 0:
         raise ValueError("generate needs a prompt of at least one token")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a whole number >= 0, got {max_new_tokens!r}")
     if temperature < 0 or (top_k is not None and top_k < 1):
         raise ValueError("temperature must be >= 0 and top_k >= 1")
@@ -150,6 +151,7 @@ def generate_batch(model, prompt_ids, states: Sequence[ContextState | None] | Co
     base = seed if seed is not None else torch.seed()
     gens = [torch.Generator(device=model.device).manual_seed(base) for _ in range(b)] if temperature > 0 else []
     eos = getattr(model.tokenizer, "eos_id", None) if stop_at_eos else None
+    max_new_tokens = int(max_new_tokens)
     out = torch.empty(b, max_new_tokens, dtype=torch.long, device=model.device)
     length = torch.full((b,), max_new_tokens, dtype=torch.long, device=model.device)
     done = torch.zeros(b, dtype=torch.bool, device=model.device)

@@ -396,7 +396,8 @@ class SSMLanguageModel(nn.Module):
         st = self._batched_state(state, ids.shape[0])
         ssm, conv, log_decay = layer_major(st)
         logits = self._step_(ids, ssm, conv, log_decay)
-        return logits, ContextState(ssm, conv, log_decay, tuple(int(n) + 1 for n in st.num_tokens))
+        return logits, ContextState(ssm.contiguous(), conv.contiguous(), log_decay.contiguous(),  # batch-major
+                                    tuple(int(n) + 1 for n in st.num_tokens))
 
     @torch.no_grad()
     def generate_batch(self, prompt_ids, states: Sequence[ContextState | None] | ContextState,
