@@ -19,6 +19,7 @@ from picaso_core import experiments as E
 from picaso_core.evaluate import METHOD_NAMES, METHODS
 from picaso_core.plots import experiments as P
 from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Benchmarks"
@@ -97,7 +98,25 @@ def ranker(res: Resources, name: str):
     return _rankers[key]
 
 
+def limits(res: Resources) -> list[str]:
+    """What the live sweep cannot show on the loaded corpus, and why."""
+    n = corpus_counts(res)
+    if not n["samples"]:
+        return ["No samples in the corpus: the live sweep scores samples' continuations, so it cannot run "
+                "(the bundled run above still shows)."]
+    out = []
+    if n["contexts"] < 10:
+        out.append(f"The database holds {n['contexts']} context{'s' * (n['contexts'] != 1)}: a k above "
+                   f"{n['contexts']} retrieves all of them.")
+    if n["samples"] < 5:
+        out.append(f"{n['samples']} sample{'s' * (n['samples'] != 1)}: the sweep's means rest on "
+                   f"{'that one' if n['samples'] == 1 else 'those'} only.")
+    return out
+
+
 def check_inputs(res: Resources, samples, ks, methods, retriever):
+    if not len(res.corpus):
+        raise gr.Error(" ".join(limits(res)))
     try:
         n = int(samples)
     except (TypeError, ValueError):
@@ -183,17 +202,17 @@ def render(res: Resources) -> None:
                 elem_classes="px-note")
 
     gr.Markdown("### Run a small sweep live\nOn the loaded model and corpus; the figures update after each sample.")
+    note(limits(res), "bench-limits")
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=300):
-            samples = gr.Slider(1, min(MAX_SAMPLES, max(1, len(res.corpus))), value=min(5, len(res.corpus)), step=1,
-                                label="Samples", elem_id="bench-samples")
+            samples = count_slider(1, min(MAX_SAMPLES, len(res.corpus)), 5, label="Samples", elem_id="bench-samples")
             ks = gr.Textbox("0,1,2,5", label="k values", info=f"e.g. 0,1,2,5 or 0-5 (at most {MAX_K})",
                             elem_id="bench-ks")
             methods = gr.CheckboxGroup([(METHOD_NAMES[m], m) for m in METHODS], value=list(METHODS),
                                        label="Methods", elem_id="bench-methods")
             retriever = gr.Dropdown([(E.RETRIEVERS[r][0], r) for r in LIVE_RETRIEVERS], value="minilm",
                                     label="Retriever", elem_id="bench-retriever")
-            run = gr.Button("Run sweep", variant="primary", elem_id="bench-run")
+            run = gr.Button("Run sweep", variant="primary", elem_id="bench-run", interactive=bool(len(res.corpus)))
         with gr.Column(scale=2, min_width=420):
             status = gr.Markdown("Press **Run sweep**: a few samples take seconds on the demo model.",
                                  label="Live sweep status", elem_id="bench-status")

@@ -24,6 +24,7 @@ import pandas as pd
 
 from picaso_core.plots.landscape import line_figure, plane_figure, plane_title, zrange
 from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Loss landscape"
@@ -50,6 +51,28 @@ _memo: dict[str, dict] = {}
 
 
 # ---- handlers: plain functions --------------------------------------------------------------
+def limits(res: Resources) -> list[str]:
+    """What this tab cannot show on the loaded corpus, and why: a plane needs a sample to score and
+    three retrieved states."""
+    n = corpus_counts(res)
+    out = []
+    if not n["samples"]:
+        out.append("No samples in the corpus: a landscape scores a sample's continuation, so there is nothing "
+                   "to draw. Add samples (query + continuation) to the .jsonl file.")
+    if n["contexts"] < K:
+        out.append(f"The database holds {n['contexts']} context{'s' * (n['contexts'] != 1)}: a plane goes through "
+                   f"{K} states, so there is nothing to draw. Give at least {K} contexts (--database FILE).")
+    elif 0 < n["samples"] < AVERAGE_N:
+        out.append(f"{n['samples']} sample{'s' * (n['samples'] != 1)}: the default view averages "
+                   f"{n['samples']}, not the paper's {AVERAGE_N}.")
+    return out
+
+
+def blocked(res: Resources) -> bool:
+    n = corpus_counts(res)
+    return not n["samples"] or n["contexts"] < K
+
+
 def sample_choices(res: Resources) -> list[tuple[str, str]]:
     first = [(f"Average of the first {min(AVERAGE_N, len(res.corpus.samples))} samples (paper fig. 2)", AVERAGE)]
     return first + [(f"{s.sample_id} · {_clip(s.query, 70)}", s.sample_id)
@@ -86,6 +109,8 @@ def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str
     from picaso_core.landscape import fig2
 
     steps = _check(sample, steps, pair)
+    if blocked(res):
+        raise gr.Error(" ".join(limits(res)))
     ids = average_ids(res) if sample == AVERAGE else [sample]
     progress(0.0, desc=f"retrieving and loading the states of {len(ids)} sample(s)")
     samples = load_samples(res, ids)
@@ -234,6 +259,7 @@ def _clip(text: str, n: int) -> str:
 # ---- layout ---------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     gr.Markdown(EXPLAIN)
+    note(limits(res), "landscape-limits")
     with gr.Row(equal_height=False):
         sample = gr.Dropdown(sample_choices(res), value=AVERAGE, label="Sample", scale=3, elem_id="landscape-sample",
                              info=f"the top-{K} retrieved contexts of a corpus sample, or the average (~2 min on 2 CPU cores for the demo model; shown at once when cached)")
@@ -242,7 +268,7 @@ def render(res: Resources) -> None:
         pair = gr.Dropdown([("u₂ and u₃ (the two most relevant)", "u2-u3"), ("u₁ and u₂", "u1-u2"),
                             ("u₁ and u₃", "u1-u3")], value="u2-u3", label="Pair for the 1-D plot and prop. 4", scale=1)
         view = gr.Radio(["contour", "surface"], value="contour", label="View", scale=1)
-    run = gr.Button("Compute landscape", variant="primary", elem_id="landscape-run")
+    run = gr.Button("Compute landscape", variant="primary", elem_id="landscape-run", interactive=not blocked(res))
     summary = gr.Markdown(label="Finding", elem_id="landscape-summary")
     with gr.Row():
         soup_plot = gr.Plot(label="Soup plane", elem_id="landscape-soup")
@@ -264,6 +290,8 @@ def render(res: Resources) -> None:
         return landscape(res, sample, steps, pair, view, progress)
 
     def show_default(progress=gr.Progress()):
+        if blocked(res):  # said in the tab's note; nothing to compute
+            return (gr.skip(),) * len(outs)
         return outputs(default_result(res, progress))
 
     def rerender(view, d):
