@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
+from picaso_core.assets import ASSETS  # the checkout's assets/ or the installed package's copy
 from picaso_core.config import ModelConfig
 from picaso_core.model import SSMLanguageModel
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEMO_MODEL_DIR = ASSETS / "demo_model"
 DEFAULT_TOKENIZER = "EleutherAI/gpt-neox-20b"
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "tokenizer.json"]

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from picaso_core.assets import ASSETS
 from picaso_core.data.demo_world import CONTEXT_SEP, render_concat, render_parts, training_examples
 from picaso_core.data.jsonl import load_jsonl, read_chunks, read_samples, write_chunks, write_samples
 from picaso_core.data.schema import Corpus, RetrievalSample, qa_prompt
 from picaso_core.data.skills import format_demos, format_query, load_skill_tasks, skill_query
 
-DEMO_DATA_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_data"
+DEMO_DATA_DIR = ASSETS / "demo_data"
 DEMO_SPLITS = ("train", "test")
 CORPORA = ("demo", "wikitext", "msmarco")
 _DEFAULT_KIND = {"demo": "retrieval", "wikitext": "retrieval", "msmarco": "qa"}

@@ -288,6 +288,10 @@ def attribute(res: Resources, query: str, answer: str = "", k: int = 5, contexts
     return contexts_html(data), summary_md(data), bars, heat, tokens, py, cl, data
 
 
+PRECISION_COLUMNS = ["Method", "Precision", "Paper (table 4)", "Spearman vs Concat-LOO", "Same top-1 as Concat-LOO",
+                     "ms / sample"]
+
+
 def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None = None,
                   progress=lambda *a, **kw: None):
     """Table 4's protocol over the first n labelled examples. Returns (table, figure, markdown, data)."""
@@ -386,7 +390,8 @@ def render(res: Resources) -> None:
             prec_run = gr.Button("Run precision table", elem_id="attribution-precision-run",
                                  interactive=bool(qa_samples(res)))
         prec_md = gr.Markdown(PAPER_NOTE, label="About the table")
-        prec_table = gr.Dataframe(label="Precision per method", interactive=False, elem_id="attribution-precision")
+        prec_table = gr.Dataframe(pd.DataFrame(columns=PRECISION_COLUMNS), label="Precision per method",
+                                  interactive=False, elem_id="attribution-precision")
         prec_fig = gr.Plot(label="Precision beside the paper")
         with gr.Accordion("Precision as plain data", open=False):
             prec_data = gr.JSON(label="Precision (plain data)")

@@ -16,6 +16,7 @@ import gradio as gr
 import pandas as pd
 
 from picaso_core import experiments as E
+from picaso_core.assets import ASSETS
 from picaso_core.evaluate import METHOD_NAMES, METHODS
 from picaso_core.plots import experiments as P
 from picaso_core.ui.code import client_snippet, show_code
@@ -23,7 +24,7 @@ from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Benchmarks"
-SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "benchmarks_summary.json"
+SHIPPED = ASSETS / "benchmarks_summary.json"
 SHIPPED_COMMAND = ("python -m picaso_core.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo "
                    "--ship assets/benchmarks_summary.json")
 LIVE_RETRIEVERS = ("minilm", "bm25", "random")  # offline; the CLI adds mpnet / GloVe when online
@@ -70,7 +71,8 @@ def intro(summary: dict | None) -> str:
             f"{m.get('samples')} samples, k = {m.get('ks')}, {len(m.get('methods', []))} methods, "
             f"{m.get('seconds', 0) / 60:.1f} min on {m.get('threads')} CPU thread(s). ")
     if g.get("picaso_r") is not None and g.get("concat") is not None:
-        line += (f"**Look at** how close PICASO-R (−{g['picaso_r']:.1f}% loss vs no context, mean over k = 1..10) "
+        over = E.ks_text(main.get("gains", {}).get("ks_averaged") or range(1, 11))
+        line += (f"**Look at** how close PICASO-R (−{g['picaso_r']:.1f}% loss vs no context, mean over {over}) "
                  f"comes to Concat (−{g['concat']:.1f}%) while composing {r.get('compose') or 0:.0f}× faster, "
                  "and at Concat past the model's training length (up to 50 chunks).")
     return line
@@ -178,7 +180,8 @@ def run_live(res: Resources, samples=5, ks="0,1,2,5", methods=None, retriever="m
         g = summ["gains"]["avg"]
         best = ", ".join(f"{METHOD_NAMES[m]} {g[m]:+.1f}%" for m in meths if m != "none" and g.get(m) is not None)
         status = (f"**{i + 1} of {n} samples** done ({E.RETRIEVERS[rk.name][0]}, k = {', '.join(map(str, k_list))}). "
-                  f"Loss reduction vs no context, mean over k = 1..10: {best or '– (add a k ≥ 1)'}.")
+                  f"Loss reduction vs no context, mean over {E.ks_text(summ['gains']['ks_averaged'])}: "
+                  f"{best or '– (add a k ≥ 1)'}.")
         yield (P.loss_vs_k(summ, "Live sweep: loss vs k"), P.time_vs_k(summ, include_picconcat=True,
                title="Live sweep: time vs k"), status, summ, py, cl)
 

@@ -219,6 +219,9 @@ def contexts_html(contexts: list[Context]) -> str:
     return '<div class="px-order">' + '<span class="px-arrow">→</span>'.join(cards) + "</div>"
 
 
+RESULT_COLUMNS = ["Method", "Loss", "Perplexity", "Compose (ms)", "Process (ms)"]
+
+
 def results_table(results) -> pd.DataFrame:
     rows = []
     for r in results:
@@ -229,7 +232,7 @@ def results_table(results) -> pd.DataFrame:
             "Compose (ms)": round(r.compose_s * 1e3, 2),
             "Process (ms)": round(r.process_s * 1e3, 2),
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=RESULT_COLUMNS)
 
 
 def results_plot(results, scored: bool) -> go.Figure:
@@ -436,7 +439,9 @@ def render(res: Resources) -> None:
             order = gr.HTML('<div class="px-empty">Retrieved contexts appear here, in the order they are composed.</div>',
                             label="Composition order")
             summary = gr.Markdown(label="Summary")
-    table = gr.Dataframe(label="Per method", interactive=False, elem_id="compose-results")
+    # empty until the first run: the column names, not Gradio's placeholder headers "1 2 3"
+    table = gr.Dataframe(pd.DataFrame(columns=RESULT_COLUMNS), label="Per method", interactive=False,
+                         elem_id="compose-results")
     gr.Markdown(TABLE_NOTE, elem_classes="px-note")
     plot = gr.Plot(label="Loss and time per method")
     gr.Markdown("#### Generated continuations")

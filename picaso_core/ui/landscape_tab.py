@@ -22,6 +22,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from picaso_core.assets import ASSETS
 from picaso_core.plots.landscape import line_figure, plane_figure, plane_title, zrange
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.limits import corpus_counts, note
@@ -35,7 +36,7 @@ STEPS, STEPS_MIN, STEPS_MAX = 21, 5, 41
 MARGIN = 0.25
 PAIRS = {"u2-u3": (1, 2), "u1-u2": (0, 1), "u1-u3": (0, 2)}  # 0-based; u3 is the most relevant (last)
 EXAMPLES_SHOWN = 200
-SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "demo_data" / "landscape_default.json"
+SHIPPED = ASSETS / "demo_data" / "landscape_default.json"
 CACHE_VERSION = "landscape/1"
 EXPLAIN = (
     "**Left:** the loss over the plane through the three retrieved contexts' own states x(u₁), x(u₂), "
@@ -194,6 +195,10 @@ def summary_md(d: dict) -> str:
     return "  \n".join(lines)
 
 
+PROP4_COLUMNS = ["Layer", "‖x(u) − x(u′)‖", "‖CASO(u,u′) − CASO(u′,u)‖", "CASO / independent",
+                 "bound ‖(I−A(u′))x(u)‖ + ‖(I−A(u))x(u′)‖", "bound holds"]
+
+
 def prop4_frame(d: dict) -> pd.DataFrame:
     rows = [{
         "Layer": r["layer"],
@@ -203,7 +208,7 @@ def prop4_frame(d: dict) -> pd.DataFrame:
         "bound ‖(I−A(u′))x(u)‖ + ‖(I−A(u))x(u′)‖": round(r["bound"], 4),
         "bound holds": "yes" if r["holds"] else "NO",
     } for r in d["prop4"]]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PROP4_COLUMNS)
 
 
 def figures(d: dict, view: str = "contour"):
@@ -275,7 +280,7 @@ def render(res: Resources) -> None:
         caso_plot = gr.Plot(label="CASO plane", elem_id="landscape-caso")
     line_plot = gr.Plot(label="1-D interpolation", elem_id="landscape-line")
     gr.Markdown("#### Prop. 4 per layer: distance between the two CASO orders vs between the independent states")
-    table = gr.Dataframe(label="Prop. 4 distances (mean over the sample's 3 pairs of contexts)", interactive=False,
+    table = gr.Dataframe(pd.DataFrame(columns=PROP4_COLUMNS), label="Prop. 4 distances (mean over the sample's 3 pairs of contexts)", interactive=False,
                          elem_id="landscape-distances")
     gr.Markdown("The paper prints the bound with every norm squared; that form does not hold in general "
                 "(tests/test_compose.py), the unsquared one (the triangle inequality) does. Prop. 4 is "

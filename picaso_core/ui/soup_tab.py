@@ -368,7 +368,8 @@ def render(res: Resources) -> None:
             fig = gr.Plot(label="Skill map", elem_id="soup-map")
             summary = gr.Markdown(label="Summary", elem_id="soup-summary")
     quality = gr.Plot(label="Where tasks separate: per layer, SSM vs conv", elem_id="soup-quality")
-    retrieved = gr.Dataframe(label="Nearest library states to your demonstration", interactive=False,
+    retrieved = gr.Dataframe(pd.DataFrame(columns=["rank", "task", "cosine", "demonstration"]),
+                             label="Nearest library states to your demonstration", interactive=False,
                              elem_id="soup-retrieved")
     with gr.Accordion("Map as data (what /soup_map returns)", open=False):
         map_data = gr.JSON(label="Map data")
@@ -417,7 +418,8 @@ def render(res: Resources) -> None:
     decay_summary = gr.Markdown(label="A-decay summary")
     decay_fig = gr.Plot(label="Loss on the test chunk", elem_id="soup-decay")
     with gr.Accordion("A-decay data", open=False):
-        decay_table = gr.Dataframe(label="Mean loss per method", interactive=False)
+        decay_table = gr.Dataframe(pd.DataFrame(columns=["method", "mean loss"]), label="Mean loss per method",
+                                   interactive=False)
         decay_data = gr.JSON(label="A-decay data")
     py_code, client_code = show_code()
 
