@@ -121,3 +121,17 @@ def test_readme_documents_the_images_own_commands():
             if word == "-e":
                 name, value = c[i + 1].split("=", 1)
                 assert vars(app.parse_args([], {name: value})) != vars(app.parse_args([], {})), name
+
+
+def test_picaso_device_cuda_on_the_cpu_image_names_the_fix():
+    """PICASO_DEVICE=cuda with the CPU build of torch (the default image) stops with a message naming
+    the GPU image's build argument, not torch's bare AssertionError."""
+    import torch
+
+    from picaso_core.loading import load_model
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    match = "TORCH_INDEX_URL" if torch.version.cuda is None else "sees no GPU"
+    with pytest.raises(RuntimeError, match=match):
+        load_model("demo", device="cuda")

@@ -59,7 +59,7 @@ def limits(res: Resources) -> list[str]:
     out = []
     if not n["samples"]:
         out.append("No samples in the corpus: a landscape scores a sample's continuation, so there is nothing "
-                   "to draw. Add samples (query + continuation) to the .jsonl file.")
+                   "to draw. Give samples (query + continuation) in a .jsonl corpus (--corpus FILE).")
     if n["contexts"] < K:
         out.append(f"The database holds {n['contexts']} context{'s' * (n['contexts'] != 1)}: a plane goes through "
                    f"{K} states, so there is nothing to draw. Give at least {K} contexts (--database FILE).")
@@ -75,7 +75,10 @@ def blocked(res: Resources) -> bool:
 
 
 def sample_choices(res: Resources) -> list[tuple[str, str]]:
-    first = [(f"Average of the first {min(AVERAGE_N, len(res.corpus.samples))} samples (paper fig. 2)", AVERAGE)]
+    if not res.corpus.samples:
+        return [("No samples in this corpus", AVERAGE)]
+    n = min(AVERAGE_N, len(res.corpus.samples))
+    first = [(f"Average of the first {n} sample{'s' * (n != 1)} (paper fig. 2)", AVERAGE)]
     return first + [(f"{s.sample_id} · {_clip(s.query, 70)}", s.sample_id)
                     for s in res.corpus.samples[:EXAMPLES_SHOWN]]
 
