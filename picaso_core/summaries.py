@@ -209,7 +209,7 @@ def paper_vs_ours(summary: dict) -> str:
     meta = summary.get("meta", {})
     main, qa = summary.get("main"), summary.get("qa")
     corpus = meta.get("corpus", "?")
-    qa_name = (qa or {}).get("corpus") or "QA"
+    qa_name = (qa or {}).get("corpus") or "none"
     over = ks_text((main or {}).get("gains", {}).get("ks_averaged", []))
     qa_line = (f"QA `{qa_name}` ({qa.get('n_samples', 0)} samples, all their passages, "
                f"{qa.get('mean_contexts') or '–'} on average)" if qa and qa.get("n_samples") else "no QA set in this run")
