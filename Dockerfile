@@ -1,7 +1,19 @@
 # PICASO Explorer as a Hugging Face Space (sdk: docker, app_port: 7860); see README.md ("Deploying as a Hugging Face Space").
-#   docker build -t picaso-explorer . && docker run -p 7860:7860 picaso-explorer
-#   docker run -p 7860:7860 -e PICASO_MODEL=state-spaces/mamba2-370m -e PICASO_CORPUS=wikitext picaso-explorer
-FROM python:3.11-slim
+#   CPU: docker build -t picaso-explorer . && docker run -p 7860:7860 picaso-explorer
+#   GPU: docker build --build-arg TORCH_INDEX_URL=https://pypi.org/simple --build-arg PICASO_DEVICE=cuda -t picaso-explorer:gpu .
+#        docker run --gpus all -p 7860:7860 picaso-explorer:gpu
+#   docker run -p 7860:7860 -e PICASO_MODEL=state-spaces/mamba2-130m -e PICASO_CORPUS=msmarco picaso-explorer
+# A Space passes its variables as build arguments: set TORCH_INDEX_URL and PICASO_DEVICE there for GPU hardware.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
+
+# Where torch 2.13.0 comes from. CPU (default): the CPU wheel index; from PyPI alone the pin pulls
+# gigabytes of CUDA libraries. GPU: https://pypi.org/simple, whose Linux x86_64 wheel is the CUDA 13.0
+# build (it bundles the CUDA runtime; the host needs an NVIDIA driver >= 580), or a CUDA 12 index of
+# download.pytorch.org for an older driver.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# cuda on GPU hardware (app.py --device); empty: CPU
+ARG PICASO_DEVICE=
 
 # Spaces run the container as user 1000; everything it writes (state stores, hub cache) lives in its home.
 RUN useradd --create-home --uid 1000 user
@@ -10,14 +22,14 @@ ENV HOME=/home/user \
     PYTHONUNBUFFERED=1 \
     HF_HOME=/home/user/.cache/huggingface \
     PICASO_CACHE=/home/user/.cache/picaso_explorer \
+    PICASO_DEVICE=${PICASO_DEVICE} \
     GRADIO_SERVER_NAME=0.0.0.0 \
     GRADIO_SERVER_PORT=7860
 WORKDIR /home/user/app
 
-# torch first, from the CPU wheel index: from PyPI alone the pinned version pulls gigabytes of CUDA
-# libraries. requirements.txt then finds it installed.
+# torch first, from TORCH_INDEX_URL; requirements.txt then finds it installed.
 COPY --chown=user requirements.txt .
-RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" \
+RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==2.13.0" \
  && pip install --no-cache-dir -r requirements.txt
 
 USER user

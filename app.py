@@ -5,7 +5,7 @@
     python app.py --model ./my_checkpoint --corpus my_data.jsonl --port 8080
 
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
-line): PICASO_MODEL, PICASO_CORPUS, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
+line): PICASO_MODEL, PICASO_CORPUS, PICASO_DATABASE, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
 PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_ENCODE_ALL, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
 over its variable.
 
@@ -44,8 +44,11 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=env.get("PICASO_MODEL", "demo"),
                    help="'demo', a local checkpoint folder, or a hub id such as state-spaces/mamba2-370m [PICASO_MODEL]")
-    p.add_argument("--corpus", default=env.get("PICASO_CORPUS", "demo"),
-                   help="demo | wikitext | msmarco | path/to/file.jsonl [PICASO_CORPUS]")
+    p.add_argument("--corpus", default=env.get("PICASO_CORPUS") or None,
+                   help="demo | wikitext | msmarco | path/to/file.jsonl (default: demo, or none with --database) [PICASO_CORPUS]")
+    p.add_argument("--database", default=env.get("PICASO_DATABASE") or None, metavar="FILE",
+                   help="a database file, one {\"id\", \"text\"} per line (picaso_core/data/jsonl.py): its chunks join "
+                   "the .jsonl corpus's contexts; alone (no --corpus), the app composes typed queries over it [PICASO_DATABASE]")
     p.add_argument("--split", default=env.get("PICASO_SPLIT", DEFAULT_SPLIT), help="corpus split [PICASO_SPLIT]")
     p.add_argument("--cache-dir", default=env.get("PICASO_CACHE", str(DEFAULT_CACHE)),
                    help="where state stores are kept, one folder per corpus and model [PICASO_CACHE]")
@@ -62,13 +65,16 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
     p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT") or env.get("PORT") or 7860),
                    help="[GRADIO_SERVER_PORT or PORT]")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.corpus is None and args.database is None:
+        args.corpus = "demo"
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
-                         args.device, encode_all=args.encode_all)
+                         args.device, encode_all=args.encode_all, database=args.database)
     demo = build_app(res)
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")

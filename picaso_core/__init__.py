@@ -4,12 +4,15 @@ The engine (config, scan, model, state, loading) imports no UI, plotting or data
 """
 
 from picaso_core.config import ModelConfig, SSMConfig
-from picaso_core.state import ContextState
 
 __all__ = ["ModelConfig", "SSMConfig", "ContextState", "SSMLanguageModel", "load_model"]
 
 
-def __getattr__(name):  # lazy: `import picaso_core` stays cheap for the data and UI modules
+def __getattr__(name):  # lazy: `import picaso_core` (and so the CLIs' --help) does not import torch
+    if name == "ContextState":
+        from picaso_core.state import ContextState
+
+        return ContextState
     if name == "SSMLanguageModel":
         from picaso_core.model import SSMLanguageModel
 

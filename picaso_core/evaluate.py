@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from picaso_core.compose import compose, compose_tokens
-from picaso_core.state import ContextState
+if TYPE_CHECKING:
+    from picaso_core.state import ContextState
 
 METHODS = ("none", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r")
 METHOD_NAMES = {"none": "None", "concat": "Concat", "soup": "Soup", "caso": "CASO",
@@ -54,6 +54,8 @@ def _check_methods(methods: Sequence[str]) -> tuple[str, ...]:
 
 
 def _build_state(model, method: str, context_ids, context_states) -> ContextState:
+    from picaso_core.compose import compose, compose_tokens  # torch: imported on first use, not by the CLI's --help
+
     if method == "none" or not context_ids:  # the composition of no context is the identity
         return model.empty_state()
     if method in STATE_METHODS:

@@ -31,6 +31,7 @@ in picaso_core/summaries.py.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -41,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from picaso_core.compose import nested_token_states
+# torch and the engine are imported inside the functions that run the protocol (evaluate imports
+# compose on first use), so that `--help` and a bad flag answer at once (issue #20: 8 s before).
 from picaso_core.evaluate import METHODS, run_methods
 # The rankers and the summaries live in their own modules. Besides what this module uses, the names
 # the Benchmarks tab and the tests reach as `experiments.<name>` stay importable from here (F401).
@@ -49,7 +51,7 @@ from picaso_core.rankers import (  # noqa: F401
     RETRIEVERS, BM25Ranker, EmbeddingRanker, RandomRanker, make_ranker, own_passages, presented, rank_sample,
 )
 from picaso_core.summaries import (  # noqa: F401
-    PAPER, TABLE_METHODS, curves, gains, histogram, method_table, paper_vs_ours, summarize, time_ratio,
+    PAPER, TABLE_METHODS, curves, gains, histogram, ks_text, method_table, paper_vs_ours, summarize, time_ratio,
     write_report, _round,
 )
 
@@ -183,6 +185,8 @@ def run_sweep(model, samples, ranker, source: ContextSource, ks: Sequence[int | 
     Returns:
         how many (sample, k) groups were computed (0 when everything was already in `log`).
     """
+    from picaso_core.compose import nested_token_states
+
     tok = model.tokenizer
     samples = list(samples)
     k_max = None if None in ks else max(ks, default=0)
@@ -297,9 +301,12 @@ def _tqdm(desc: str):
     return update
 
 
-def default_store_dir(corpus: str, split: str, fingerprint: str) -> Path:
+def default_store_dir(corpus: str, split: str, fingerprint: str, database: str | None = None) -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "picaso_explorer" / "experiments"
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{Path(corpus).stem if corpus.endswith('.jsonl') else corpus}-{split}")
+    name = Path(corpus).stem if corpus.endswith(".jsonl") else corpus
+    if database:  # another database file, another store (a chunk id may carry another text there)
+        name += f"+{Path(database).stem}-{hashlib.sha256(str(Path(database).resolve()).encode()).hexdigest()[:8]}"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{split}")
     return base / f"{slug}-{fingerprint}"
 
 
@@ -308,6 +315,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="demo", help="'demo', a checkpoint folder, or a hub id")
     p.add_argument("--corpus", default="demo", help="demo | wikitext | msmarco | a .jsonl file")
+    p.add_argument("--database", default=os.environ.get("PICASO_DATABASE") or None, metavar="FILE",
+                   help="a database file ({\"id\", \"text\"} per line) whose chunks join a .jsonl corpus's: the "
+                   "chunks retrieval samples retrieve from [PICASO_DATABASE]")
     p.add_argument("--split", default="test")
     p.add_argument("--samples", type=int, default=200, help="samples of the main sweep and the QA pass")
     p.add_argument("--ks", default="0-10", help="k values of the main sweep: 0-10, or a list such as 0,2,5")
@@ -361,12 +371,19 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     model.name_or_path = args.model
     # records are keyed without the model: a folder holds one model's run on one corpus split
     ident = {"fingerprint": model.fingerprint(), "corpus": args.corpus, "split": args.split}
+    if args.database:
+        ident["database"] = str(Path(args.database).resolve())
     run_file = out / "run.json"
     if run_file.is_file() and json.loads(run_file.read_text()) != ident:
         sys.exit(f"error: {out} holds a run of {json.loads(run_file.read_text())}, not {ident}; "
                  "pass another --out (or delete the folder) so its records are not reused")
     run_file.write_text(json.dumps(ident))
-    corpus = load_corpus(args.corpus, args.split)
+    try:
+        corpus = load_corpus(args.corpus, args.split, database=args.database)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    if not corpus.samples:
+        sys.exit(f"error: corpus {args.corpus} has no samples: the protocol scores samples' continuations")
     qa_name = args.qa
     if qa_name == "auto":
         qa_name = "demo" if args.corpus == "demo" else ("msmarco" if args.corpus == "msmarco" else "none")
@@ -378,7 +395,7 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     if qa_corpus is not None:
         database.update(qa_corpus.database)
 
-    store_dir = Path(args.store) if args.store else default_store_dir(args.corpus, args.split, model.fingerprint())
+    store_dir = Path(args.store) if args.store else default_store_dir(args.corpus, args.split, model.fingerprint(), args.database)
     store = StateStore.open(store_dir, model) if (store_dir / "store.json").exists() else \
         StateStore.build(model, [], store_dir, suffix=CONTEXT_SUFFIX, progress=False)
     if store.suffix != CONTEXT_SUFFIX:

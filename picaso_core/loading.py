@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
+from picaso_core.assets import ASSETS  # the checkout's assets/ or the installed package's copy
 from picaso_core.config import ModelConfig
 from picaso_core.model import SSMLanguageModel
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEMO_MODEL_DIR = ASSETS / "demo_model"
 DEFAULT_TOKENIZER = "EleutherAI/gpt-neox-20b"
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "tokenizer.json"]
@@ -31,6 +31,7 @@ _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "p
 
 def load_model(name_or_path: str = "demo", device=None, dtype: torch.dtype | None = None) -> SSMLanguageModel:
     """Load a model in eval mode. `dtype` (e.g. torch.bfloat16) casts the weights; states stay float32."""
+    check_device(device)
     folder = resolve_model_folder(name_or_path)
     config = read_config(folder)
     model = SSMLanguageModel(config)
@@ -40,6 +41,19 @@ def load_model(name_or_path: str = "demo", device=None, dtype: torch.dtype | Non
         raise ValueError(f"{folder}: tokenizer has {model.tokenizer.vocab_size} tokens but the model "
                          f"only {config.padded_vocab_size} embeddings")
     return model.to(device=device, dtype=dtype).eval()
+
+
+def check_device(device) -> None:
+    """A CUDA device asked of a torch that cannot give one fails here, naming the fix (torch itself
+    raises a bare AssertionError: "Torch not compiled with CUDA enabled")."""
+    if device is None or torch.device(device).type != "cuda" or torch.cuda.is_available():
+        return
+    if torch.version.cuda is None:
+        raise RuntimeError(f"device {device!r}: this torch ({torch.__version__}) is the CPU build. Install a CUDA build "
+                           "(README, 'Installing'; the Docker image: --build-arg TORCH_INDEX_URL=https://pypi.org/simple), "
+                           "or run on the CPU (no --device / PICASO_DEVICE)")
+    raise RuntimeError(f"device {device!r}: torch {torch.__version__} is built for CUDA {torch.version.cuda} but sees no "
+                       "GPU (no GPU, a driver too old for that CUDA, or a container started without --gpus all)")
 
 
 # ---- where the files are ----------------------------------------------------------------------

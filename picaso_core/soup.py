@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -41,6 +42,7 @@ from picaso_core.state import ContextState
 
 PARTS = ("ssm", "conv")
 PROJECTIONS = ("pca", "tsne", "umap")
+_UMAP_LOCK = threading.Lock()  # see project()
 PCA_DIMS = 50  # PCA to this many dimensions before t-SNE / UMAP, as the Embedding Projector does
 DECAY_METHODS = ("concat", "a_decay", "mean", "c2_only")  # sec. 2.3, in the paper's order, best first
 Progress = Callable[[int, int], None]
@@ -279,8 +281,12 @@ def project(x: np.ndarray, method: str = "pca", dim: int = 2, seed: int = 0) -> 
                     max_iter=500).fit_transform(z).astype(np.float32)
     import umap  # numba compiles on first use: the app warms it in a background thread
 
-    return umap.UMAP(n_components=dim, n_neighbors=min(15, n - 1), metric="cosine", random_state=seed,
-                     n_jobs=1).fit_transform(z).astype(np.float32)
+    # One UMAP fit at a time: a fit that starts while another thread's first fit is still compiling
+    # numba code (the app's warm-up) raised IndexError in fresh containers (issue #20). A user's first
+    # UMAP map therefore waits for the warm-up instead of racing it; warm fits take ~1.6 s.
+    with _UMAP_LOCK:
+        return umap.UMAP(n_components=dim, n_neighbors=min(15, n - 1), metric="cosine", random_state=seed,
+                         n_jobs=1).fit_transform(z).astype(np.float32)
 
 
 def warm_up_umap() -> None:

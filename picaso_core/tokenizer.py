@@ -182,15 +182,29 @@ def _read_json(path: Path) -> dict:
     return d if isinstance(d, dict) else {}
 
 
+_HUB_DOWN: list[str] = []  # the first failed connection of this process: later checks fail at once
+
+
 def check_hub_reachable(repo_id: str, repo_type: str) -> None:
     """One metadata request with a short timeout and no retries; raises if the repo cannot be
     reached (no network, unknown repo). Download helpers retry with backoff for tens of seconds,
-    so callers ask this first to fail fast."""
+    so callers ask this first to fail fast. Once a request failed to connect, every later check in
+    the process fails at once (an offline run tries the hub once, not once per model)."""
     from huggingface_hub import HfApi
 
+    if _HUB_DOWN:
+        raise ConnectionError(f"the Hugging Face Hub could not be reached earlier in this run ({_HUB_DOWN[0]})")
     api = HfApi()
     info = api.dataset_info if repo_type == "dataset" else api.model_info
-    info(repo_id, timeout=HUB_TIMEOUT_S)
+    try:
+        info(repo_id, timeout=HUB_TIMEOUT_S)
+    except Exception as e:
+        # requests' ConnectionError / Timeout, httpx's TransportError (ConnectError, ConnectTimeout...):
+        # no network; an HTTP error (404, gated repo) is about this repo only and is not remembered
+        if any(c.__name__ in ("ConnectionError", "TransportError", "Timeout", "TimeoutError", "TimeoutException")
+               for c in type(e).__mro__):
+            _HUB_DOWN.append(f"{type(e).__name__}: {e}")
+        raise
 
 
 def hub_offline() -> bool:

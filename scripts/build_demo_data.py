@@ -104,7 +104,8 @@ def write_embeddings(data_dir: Path) -> None:
     for split in ("train", "test"):
         db = read_chunks(data_dir / f"{split}_database.jsonl")
         path = data_dir / f"{split}_database.{embedder.name}.safetensors"
-        path.unlink(missing_ok=True)
+        # rows whose text is unchanged are kept, and an up-to-date file is not rewritten: a rerun
+        # leaves the tree clean (re-embedding gave equal values but different bytes)
         Retriever.cached(db, embedder, path)
 
 
@@ -140,8 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.tokenizer or not (args.out / "tokenizer.json").exists():
         save(train_bpe(tokenizer_texts(args.seed), VOCAB_SIZE), args.out / "tokenizer.json")
 
-    files = sorted(p for p in data_dir.iterdir() if p.name != "MANIFEST.json" and p.suffix != ".safetensors")
-    files += [args.out / "tokenizer.json"]
+    # the files this script writes, nothing else: landscape_default.json in the same folder is
+    # scripts/measure_landscape.py's, and hashing it here left MANIFEST.json stale after either ran
+    files = sorted(data_dir / name for name in counts) + [args.out / "tokenizer.json"]
     manifest = {
         "seed": args.seed,
         "counts": counts,

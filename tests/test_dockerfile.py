@@ -1,6 +1,6 @@
-"""The Dockerfile's contract, checked without a container builder (none can run on the machines
-these tests were written on: README "Deploying as a Hugging Face Space"): it serves app.py on
-0.0.0.0:7860 as user 1000, and its pre-encoding step fills the very store the app then opens.
+"""The Dockerfile's contract, checked without a container builder (the suite needs no Docker daemon;
+the image itself was built and served once, README "Deploying as a Hugging Face Space"): it serves
+app.py on 0.0.0.0:7860 as user 1000, and its pre-encoding step fills the very store the app then opens.
 """
 
 from __future__ import annotations
@@ -35,10 +35,16 @@ def instructions() -> list[tuple[str, str]]:
 
 
 def image_env() -> dict[str, str]:
+    """The image's ENV with ${ARG} references expanded to the ARGs' defaults (a plain `docker build`)."""
     env: dict[str, str] = {}
+    args: dict[str, str] = {}
     for word, rest in instructions():
+        if word == "ARG":
+            name, _, default = rest.partition("=")
+            args[name] = default
         if word == "ENV":
-            env.update(dict(kv.split("=", 1) for kv in shlex.split(rest)))
+            env.update({k: re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), v)
+                        for k, v in (kv.split("=", 1) for kv in shlex.split(rest))})
     return env
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from picaso_core.assets import ASSETS
 from picaso_core.data.demo_world import CONTEXT_SEP, render_concat, render_parts, training_examples
 from picaso_core.data.jsonl import load_jsonl, read_chunks, read_samples, write_chunks, write_samples
 from picaso_core.data.schema import Corpus, RetrievalSample, qa_prompt
 from picaso_core.data.skills import format_demos, format_query, load_skill_tasks, skill_query
 
-DEMO_DATA_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_data"
+DEMO_DATA_DIR = ASSETS / "demo_data"
 DEMO_SPLITS = ("train", "test")
 CORPORA = ("demo", "wikitext", "msmarco")
 _DEFAULT_KIND = {"demo": "retrieval", "wikitext": "retrieval", "msmarco": "qa"}
@@ -51,22 +52,37 @@ def load_demo(split: str = "test", kind: str = "retrieval", data_dir: str | Path
     return corpus
 
 
-def load_corpus(name: str, split: str = "test", kind: str | None = None, **kwargs) -> Corpus:
+def load_corpus(name: str | None, split: str = "test", kind: str | None = None, database: str | Path | None = None,
+                **kwargs) -> Corpus:
     """A corpus by name ("demo", "wikitext", "msmarco") or a path to a .jsonl file.
+
+    database: a database file ({"id", "text"} per line, jsonl.py) whose chunks join a .jsonl
+        corpus's database; with `name` None (or "none") the corpus is that database alone, with no
+        samples (the app then composes typed queries only).
 
     Args:
         split: demo: "train" | "test"; wikitext: "train" | "validation" | "test";
             msmarco: "train" | "validation" ("test" = validation); ignored for a .jsonl path.
         kind: "retrieval" | "qa"; default: the corpus's own (demo: retrieval). WikiText only has
             retrieval samples and MS MARCO only QA samples.
-        kwargs: passed to the loader (wikitext: unit, min_words; demo: data_dir; jsonl: database).
+        kwargs: passed to the loader (wikitext: unit, min_words; demo: data_dir).
     Raises:
         ValueError for an unknown name, split or kind, or a malformed .jsonl line;
         RuntimeError at once when a hub corpus cannot be downloaded (message names "demo").
     """
+    if name in (None, "", "none"):
+        if database is None:
+            raise ValueError("no corpus: give a corpus (demo, wikitext, msmarco, a .jsonl file) or a database file")
+        chunks = read_chunks(database)
+        if not chunks:
+            raise ValueError(f"database file {database} holds no chunks")
+        return Corpus(name=Path(database).stem, split="custom", samples=[], database=chunks)
+    if database is not None and name in CORPORA:
+        raise ValueError(f"a database file adds chunks to a .jsonl corpus, not to {name!r}: pass your samples as "
+                         "a .jsonl corpus, or the database alone (no corpus)")
     if name not in CORPORA:
         if str(name).endswith(".jsonl") or Path(name).is_file():
-            return load_jsonl(name, **kwargs)
+            return load_jsonl(name, database=database, **kwargs)
         raise ValueError(f"unknown corpus {name!r}: use one of {CORPORA} or a path to a .jsonl file")
     kind = kind or _DEFAULT_KIND[name]
     if name == "demo":

@@ -72,6 +72,8 @@ def read_samples(path: str | os.PathLike) -> list[RetrievalSample]:
 def read_chunks(path: str | os.PathLike) -> dict[str, str]:
     """A database file: {"id", "text"} per line -> id -> text."""
     path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no such database file: {path}")
     chunks: dict[str, str] = {}
     for lineno, obj in _lines(path):
         if not isinstance(obj.get("id"), str) or not isinstance(obj.get("text"), str):

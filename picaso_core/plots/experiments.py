@@ -10,6 +10,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from picaso_core.summaries import ks_text
+
 NAMES = {"none": "None (baseline)", "concat": "Concat", "soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S",
          "picaso_r": "PICASO-R", "picconcat_r": "PICConcat-R"}
 COLORS = {"none": "#6b7280", "concat": "#1d4ed8", "soup": "#60a5fa", "caso": "#14b8a6", "picaso_s": "#f59e0b",
@@ -84,11 +86,13 @@ def time_vs_k(curve: dict | None, include_picconcat: bool = False,
     return _integer_ks(_layout(fig, title, "retrieved chunks k", "ms per query (compose + process, log scale)"), ks)
 
 
-def cost_vs_loss(curve: dict | None, title: str = "Cost vs loss, mean over k = 1..10 (fig. 5)") -> go.Figure:
+def cost_vs_loss(curve: dict | None, title: str | None = None) -> go.Figure:
     """One point per method: mean time per query (log x) against mean loss, PICConcat-R included."""
+    idx = [i for i, k in enumerate((curve or {}).get("ks") or []) if 1 <= k <= 10]
+    over = ks_text([curve["ks"][i] for i in idx]) if idx else "k = 1..10"
+    title = title or f"Cost vs loss, mean over {over} (fig. 5)"
     if not curve or not curve.get("ks"):
         return _empty(title, "no k-sweep in this run")
-    idx = [i for i, k in enumerate(curve["ks"]) if 1 <= k <= 10]
     fig = go.Figure()
     for m in curve["methods"]:
         pts = [(curve["compose_ms"][m][i] + curve["process_ms"][m][i], curve["loss"][m][i]) for i in idx
@@ -100,7 +104,7 @@ def cost_vs_loss(curve: dict | None, title: str = "Cost vs loss, mean over k = 1
         fig.add_trace(go.Scatter(x=[t], y=[lo], name=NAMES[m], mode="markers", marker=dict(size=13, color=COLORS[m]),
                                  hovertemplate=f"<b>{NAMES[m]}</b><br>%{{x:.1f}} ms per query<br>loss %{{y:.3f}}<extra></extra>"))
     fig.update_xaxes(type="log")
-    return _layout(fig, title, "ms per query (compose + process, log scale)", "mean loss over k = 1..10 (nats / token)")
+    return _layout(fig, title, "ms per query (compose + process, log scale)", f"mean loss over {over} (nats / token)")
 
 
 def long_sweep(long: dict | None, training_tokens: int | None = None,
@@ -174,9 +178,10 @@ def process_vs_generate(timing: dict | None,
     return _layout(fig, title, "context length (tokens)", "seconds (median)", barmode="stack")
 
 
-def gains_vs_paper(summary: dict, title: str = "Gain over the baseline, mean over k = 1..10: paper vs ours") -> go.Figure:
+def gains_vs_paper(summary: dict, title: str | None = None) -> go.Figure:
     """Bars: % lower loss than no context per method, the paper's (WikiText) beside ours."""
     main = summary.get("main")
+    title = title or f"Gain over the baseline, mean over {_gain_ks(summary)}: paper vs ours"
     if not main:
         return _empty(title, "no k-sweep in this run")
     paper = summary.get("paper", {}).get("wikitext_gain_pct", {})
@@ -206,18 +211,25 @@ def qa_losses(qa: dict | None, paper: dict | None = None,
     return _layout(fig, title, "method", "answer loss (nats / token)", barmode="group")
 
 
+def _gain_ks(summary: dict) -> str:
+    """The k values the run's gains were averaged over ("k = 1..10" for the paper's protocol)."""
+    ks = ((summary.get("main") or {}).get("gains") or {}).get("ks_averaged")
+    return ks_text(ks) if ks else "k = 1..10"
+
+
 def all_figures(summary: dict) -> list[tuple[str, str, str, go.Figure]]:
     """(element id, title, caption, figure) for every figure of a run, in report order."""
     main, meta = summary.get("main"), summary.get("meta", {})
+    over = _gain_ks(summary)
     return [
         ("bench-loss-vs-k", "Loss vs k", "Mean loss per method as more retrieved chunks are composed (± one "
          "standard error). Look at the gap between the state compositions and Concat, and PICASO-R on PICASO-S.",
          loss_vs_k(main)),
-        ("bench-gains", "Gain over the baseline", "Mean % lower loss than no context over k = 1..10, beside the "
+        ("bench-gains", "Gain over the baseline", f"Mean % lower loss than no context over {over}, beside the "
          "paper's WikiText figures (sec. 6.3.1).", gains_vs_paper(summary)),
         ("bench-time-vs-k", "Time vs k", "Composition is arithmetic on stored states; Concat processes every "
          "token again. PICConcat-R is left out here, as in the paper (see the cost figure).", time_vs_k(main)),
-        ("bench-cost", "Cost vs loss", "Mean over k = 1..10 of time per query against loss; PICConcat-R buys "
+        ("bench-cost", "Cost vs loss", f"Mean over {over} of time per query against loss; PICConcat-R buys "
          "its accuracy with n times Concat's tokens (fig. 5).", cost_vs_loss(main)),
         ("bench-qa", "QA, all passages", "Each question composes all its own passages (table 1 row 1).",
          qa_losses(summary.get("qa"), summary.get("paper"))),

@@ -19,6 +19,7 @@ import pandas as pd
 
 from picaso_core.plots import attribution as plots
 from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Attribution"
@@ -67,6 +68,20 @@ def qa_samples(res: Resources) -> list:
         _QA_CACHE[key] = [s for s in samples if s.gold_ids and s.contexts
                           and all(cid in res.database for cid in s.context_ids)]
     return _QA_CACHE[key]
+
+
+def limits(res: Resources) -> list[str]:
+    """What this tab cannot show on the loaded corpus, and why (shown above its controls)."""
+    out = []
+    if not qa_samples(res):
+        out.append("No labelled examples (samples whose `gold_ids` name one of their own `contexts`): the example "
+                   "list is empty, no context is marked gold and the precision table (paper table 4) cannot run. "
+                   "Type a query (and its answer) to attribute it to retrieved or hand-picked contexts.")
+    elif len(qa_samples(res)) == 1:
+        out.append("One labelled example: the precision table averages over that one example only.")
+    if len(res.database) == 1:
+        out.append("One context in the database: leave-one-out can only compare it with no context at all.")
+    return out
 
 
 def example_choices(res: Resources) -> list[tuple[str, str]]:
@@ -273,6 +288,10 @@ def attribute(res: Resources, query: str, answer: str = "", k: int = 5, contexts
     return contexts_html(data), summary_md(data), bars, heat, tokens, py, cl, data
 
 
+PRECISION_COLUMNS = ["Method", "Precision", "Paper (table 4)", "Spearman vs Concat-LOO", "Same top-1 as Concat-LOO",
+                     "ms / sample"]
+
+
 def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None = None,
                   progress=lambda *a, **kw: None):
     """Table 4's protocol over the first n labelled examples. Returns (table, figure, markdown, data)."""
@@ -334,6 +353,7 @@ def render(res: Resources) -> None:
     first = DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in ids else (ids[0] if ids else None)
     q0, a0, c0 = pick_example(res, first)
     gr.Markdown(INTRO)
+    note(limits(res), "attribution-limits")
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
             example = gr.Dropdown(choices, value=first, label="Labelled example (gold context known)",
@@ -348,8 +368,7 @@ def render(res: Resources) -> None:
                 gen = gr.Button("Model's answer", scale=1, elem_id="attribution-generate")
             picked = gr.Dropdown(context_choices(res), value=[], multiselect=True, label="Contexts, in order",
                                  info=f"empty: retrieve the top k (at most {MAX_CONTEXTS})", elem_id="attribution-contexts")
-            k = gr.Slider(1, min(MAX_CONTEXTS, len(res.database)), value=min(5, len(res.database)), step=1,
-                          label="k: contexts to retrieve when none are picked")
+            k = count_slider(1, min(MAX_CONTEXTS, len(res.database)), 5, label="k: contexts to retrieve when none are picked")
             methods = gr.CheckboxGroup([(NAMES[m], m) for m in METHODS], value=list(METHODS), label="Methods")
             run = gr.Button("Attribute", variant="primary", elem_id="attribution-run")
         with gr.Column(scale=3, min_width=420):
@@ -366,11 +385,13 @@ def render(res: Resources) -> None:
         data = gr.JSON(label="Scores (plain data)")
     with gr.Accordion("Precision over the labelled split (paper table 4)", open=False):
         with gr.Row():
-            n_samples = gr.Slider(1, min(PRECISION_MAX_SAMPLES, max(1, len(qa_samples(res)))), value=20, step=1,
-                                  label="examples", info="the measured 200-example table: scripts/measure_attribution.py")
-            prec_run = gr.Button("Run precision table", elem_id="attribution-precision-run")
+            n_samples = count_slider(1, min(PRECISION_MAX_SAMPLES, len(qa_samples(res))), 20, label="examples",
+                                     info="the measured 200-example table: scripts/measure_attribution.py")
+            prec_run = gr.Button("Run precision table", elem_id="attribution-precision-run",
+                                 interactive=bool(qa_samples(res)))
         prec_md = gr.Markdown(PAPER_NOTE, label="About the table")
-        prec_table = gr.Dataframe(label="Precision per method", interactive=False, elem_id="attribution-precision")
+        prec_table = gr.Dataframe(pd.DataFrame(columns=PRECISION_COLUMNS), label="Precision per method",
+                                  interactive=False, elem_id="attribution-precision")
         prec_fig = gr.Plot(label="Precision beside the paper")
         with gr.Accordion("Precision as plain data", open=False):
             prec_data = gr.JSON(label="Precision (plain data)")

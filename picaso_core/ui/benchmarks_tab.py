@@ -16,13 +16,15 @@ import gradio as gr
 import pandas as pd
 
 from picaso_core import experiments as E
+from picaso_core.assets import ASSETS
 from picaso_core.evaluate import METHOD_NAMES, METHODS
 from picaso_core.plots import experiments as P
 from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Benchmarks"
-SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "benchmarks_summary.json"
+SHIPPED = ASSETS / "benchmarks_summary.json"
 SHIPPED_COMMAND = ("python -m picaso_core.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo "
                    "--ship assets/benchmarks_summary.json")
 LIVE_RETRIEVERS = ("minilm", "bm25", "random")  # offline; the CLI adds mpnet / GloVe when online
@@ -69,7 +71,8 @@ def intro(summary: dict | None) -> str:
             f"{m.get('samples')} samples, k = {m.get('ks')}, {len(m.get('methods', []))} methods, "
             f"{m.get('seconds', 0) / 60:.1f} min on {m.get('threads')} CPU thread(s). ")
     if g.get("picaso_r") is not None and g.get("concat") is not None:
-        line += (f"**Look at** how close PICASO-R (−{g['picaso_r']:.1f}% loss vs no context, mean over k = 1..10) "
+        over = E.ks_text(main.get("gains", {}).get("ks_averaged") or range(1, 11))
+        line += (f"**Look at** how close PICASO-R (−{g['picaso_r']:.1f}% loss vs no context, mean over {over}) "
                  f"comes to Concat (−{g['concat']:.1f}%) while composing {r.get('compose') or 0:.0f}× faster, "
                  "and at Concat past the model's training length (up to 50 chunks).")
     return line
@@ -97,7 +100,25 @@ def ranker(res: Resources, name: str):
     return _rankers[key]
 
 
+def limits(res: Resources) -> list[str]:
+    """What the live sweep cannot show on the loaded corpus, and why."""
+    n = corpus_counts(res)
+    if not n["samples"]:
+        return ["No samples in the corpus: the live sweep scores samples' continuations, so it cannot run "
+                "(the bundled run above still shows)."]
+    out = []
+    if n["contexts"] < 10:
+        out.append(f"The database holds {n['contexts']} context{'s' * (n['contexts'] != 1)}: a k above "
+                   f"{n['contexts']} retrieves all of them.")
+    if n["samples"] < 5:
+        out.append(f"{n['samples']} sample{'s' * (n['samples'] != 1)}: the sweep's means rest on "
+                   f"{'that one' if n['samples'] == 1 else 'those'} only.")
+    return out
+
+
 def check_inputs(res: Resources, samples, ks, methods, retriever):
+    if not len(res.corpus):
+        raise gr.Error(" ".join(limits(res)))
     try:
         n = int(samples)
     except (TypeError, ValueError):
@@ -159,7 +180,8 @@ def run_live(res: Resources, samples=5, ks="0,1,2,5", methods=None, retriever="m
         g = summ["gains"]["avg"]
         best = ", ".join(f"{METHOD_NAMES[m]} {g[m]:+.1f}%" for m in meths if m != "none" and g.get(m) is not None)
         status = (f"**{i + 1} of {n} samples** done ({E.RETRIEVERS[rk.name][0]}, k = {', '.join(map(str, k_list))}). "
-                  f"Loss reduction vs no context, mean over k = 1..10: {best or '– (add a k ≥ 1)'}.")
+                  f"Loss reduction vs no context, mean over {E.ks_text(summ['gains']['ks_averaged'])}: "
+                  f"{best or '– (add a k ≥ 1)'}.")
         yield (P.loss_vs_k(summ, "Live sweep: loss vs k"), P.time_vs_k(summ, include_picconcat=True,
                title="Live sweep: time vs k"), status, summ, py, cl)
 
@@ -183,17 +205,17 @@ def render(res: Resources) -> None:
                 elem_classes="px-note")
 
     gr.Markdown("### Run a small sweep live\nOn the loaded model and corpus; the figures update after each sample.")
+    note(limits(res), "bench-limits")
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=300):
-            samples = gr.Slider(1, min(MAX_SAMPLES, max(1, len(res.corpus))), value=min(5, len(res.corpus)), step=1,
-                                label="Samples", elem_id="bench-samples")
+            samples = count_slider(1, min(MAX_SAMPLES, len(res.corpus)), 5, label="Samples", elem_id="bench-samples")
             ks = gr.Textbox("0,1,2,5", label="k values", info=f"e.g. 0,1,2,5 or 0-5 (at most {MAX_K})",
                             elem_id="bench-ks")
             methods = gr.CheckboxGroup([(METHOD_NAMES[m], m) for m in METHODS], value=list(METHODS),
                                        label="Methods", elem_id="bench-methods")
             retriever = gr.Dropdown([(E.RETRIEVERS[r][0], r) for r in LIVE_RETRIEVERS], value="minilm",
                                     label="Retriever", elem_id="bench-retriever")
-            run = gr.Button("Run sweep", variant="primary", elem_id="bench-run")
+            run = gr.Button("Run sweep", variant="primary", elem_id="bench-run", interactive=bool(len(res.corpus)))
         with gr.Column(scale=2, min_width=420):
             status = gr.Markdown("Press **Run sweep**: a few samples take seconds on the demo model.",
                                  label="Live sweep status", elem_id="bench-status")

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, id_list, text, whole_number
+from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Compose & compare"
@@ -77,6 +78,21 @@ class Context:
     num_tokens: int
     score: float  # cosine similarity to the query
     gold: bool  # known to hold what the continuation needs (corpus label)
+
+
+def limits(res: Resources) -> list[str]:
+    """What this tab cannot show on the loaded corpus, and why (shown above its controls)."""
+    n = corpus_counts(res)
+    out = []
+    if not n["samples"]:
+        out.append("No samples in the corpus: the example list is empty. Type a query (and, to score it, its "
+                   "continuation); contexts are retrieved from the database.")
+    elif not n["labelled"]:
+        out.append("No sample names `gold_ids`: no retrieved context can be marked gold.")
+    if n["contexts"] < K_MAX:
+        out.append(f"The database holds {n['contexts']} context{'s' * (n['contexts'] != 1)}: k goes up to "
+                   f"{n['contexts']}.")
+    return out
 
 
 def example_choices(res: Resources) -> list[tuple[str, str]]:
@@ -203,6 +219,9 @@ def contexts_html(contexts: list[Context]) -> str:
     return '<div class="px-order">' + '<span class="px-arrow">→</span>'.join(cards) + "</div>"
 
 
+RESULT_COLUMNS = ["Method", "Loss", "Perplexity", "Compose (ms)", "Process (ms)"]
+
+
 def results_table(results) -> pd.DataFrame:
     rows = []
     for r in results:
@@ -213,7 +232,7 @@ def results_table(results) -> pd.DataFrame:
             "Compose (ms)": round(r.compose_s * 1e3, 2),
             "Process (ms)": round(r.process_s * 1e3, 2),
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=RESULT_COLUMNS)
 
 
 def results_plot(results, scored: bool) -> go.Figure:
@@ -397,6 +416,7 @@ def _num(x, digits: int):
 def render(res: Resources) -> None:
     """Lay the tab out inside the current gr.Tab and wire its events."""
     legend = "\n".join(f"- **{label}**: {text}" for _, label, text, _ in METHODS)
+    note(limits(res), "compose-limits")
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
             example = gr.Dropdown(example_choices(res), value=None, label="Example from the corpus",
@@ -406,8 +426,7 @@ def render(res: Resources) -> None:
             continuation = gr.Textbox("", label="Expected continuation (optional)", lines=2, elem_id="compose-continuation",
                                       info="scored under each composed state; leave empty to compare generations only")
             with gr.Row():
-                k = gr.Slider(1, min(K_MAX, len(res.database)), value=min(5, len(res.database)), step=1,
-                              label="Contexts to retrieve (k)")
+                k = count_slider(1, min(K_MAX, len(res.database)), 5, label="Contexts to retrieve (k)")
                 most_relevant_last = gr.Checkbox(value=True, label="Most relevant last",
                                                  info="next to the query, the paper's best order for Concat")
             with gr.Accordion("Pick contexts by hand", open=False):
@@ -420,7 +439,9 @@ def render(res: Resources) -> None:
             order = gr.HTML('<div class="px-empty">Retrieved contexts appear here, in the order they are composed.</div>',
                             label="Composition order")
             summary = gr.Markdown(label="Summary")
-    table = gr.Dataframe(label="Per method", interactive=False, elem_id="compose-results")
+    # empty until the first run: the column names, not Gradio's placeholder headers "1 2 3"
+    table = gr.Dataframe(pd.DataFrame(columns=RESULT_COLUMNS), label="Per method", interactive=False,
+                         elem_id="compose-results")
     gr.Markdown(TABLE_NOTE, elem_classes="px-note")
     plot = gr.Plot(label="Loss and time per method")
     gr.Markdown("#### Generated continuations")

@@ -22,8 +22,10 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from picaso_core.assets import ASSETS
 from picaso_core.plots.landscape import line_figure, plane_figure, plane_title, zrange
 from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Loss landscape"
@@ -34,7 +36,7 @@ STEPS, STEPS_MIN, STEPS_MAX = 21, 5, 41
 MARGIN = 0.25
 PAIRS = {"u2-u3": (1, 2), "u1-u2": (0, 1), "u1-u3": (0, 2)}  # 0-based; u3 is the most relevant (last)
 EXAMPLES_SHOWN = 200
-SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "demo_data" / "landscape_default.json"
+SHIPPED = ASSETS / "demo_data" / "landscape_default.json"
 CACHE_VERSION = "landscape/1"
 EXPLAIN = (
     "**Left:** the loss over the plane through the three retrieved contexts' own states x(u₁), x(u₂), "
@@ -50,8 +52,33 @@ _memo: dict[str, dict] = {}
 
 
 # ---- handlers: plain functions --------------------------------------------------------------
+def limits(res: Resources) -> list[str]:
+    """What this tab cannot show on the loaded corpus, and why: a plane needs a sample to score and
+    three retrieved states."""
+    n = corpus_counts(res)
+    out = []
+    if not n["samples"]:
+        out.append("No samples in the corpus: a landscape scores a sample's continuation, so there is nothing "
+                   "to draw. Give samples (query + continuation) in a .jsonl corpus (--corpus FILE).")
+    if n["contexts"] < K:
+        out.append(f"The database holds {n['contexts']} context{'s' * (n['contexts'] != 1)}: a plane goes through "
+                   f"{K} states, so there is nothing to draw. Give at least {K} contexts (--database FILE).")
+    elif 0 < n["samples"] < AVERAGE_N:
+        out.append(f"{n['samples']} sample{'s' * (n['samples'] != 1)}: the default view averages "
+                   f"{n['samples']}, not the paper's {AVERAGE_N}.")
+    return out
+
+
+def blocked(res: Resources) -> bool:
+    n = corpus_counts(res)
+    return not n["samples"] or n["contexts"] < K
+
+
 def sample_choices(res: Resources) -> list[tuple[str, str]]:
-    first = [(f"Average of the first {min(AVERAGE_N, len(res.corpus.samples))} samples (paper fig. 2)", AVERAGE)]
+    if not res.corpus.samples:
+        return [("No samples in this corpus", AVERAGE)]
+    n = min(AVERAGE_N, len(res.corpus.samples))
+    first = [(f"Average of the first {n} sample{'s' * (n != 1)} (paper fig. 2)", AVERAGE)]
     return first + [(f"{s.sample_id} · {_clip(s.query, 70)}", s.sample_id)
                     for s in res.corpus.samples[:EXAMPLES_SHOWN]]
 
@@ -86,6 +113,8 @@ def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str
     from picaso_core.landscape import fig2
 
     steps = _check(sample, steps, pair)
+    if blocked(res):
+        raise gr.Error(" ".join(limits(res)))
     ids = average_ids(res) if sample == AVERAGE else [sample]
     progress(0.0, desc=f"retrieving and loading the states of {len(ids)} sample(s)")
     samples = load_samples(res, ids)
@@ -169,6 +198,10 @@ def summary_md(d: dict) -> str:
     return "  \n".join(lines)
 
 
+PROP4_COLUMNS = ["Layer", "‖x(u) − x(u′)‖", "‖CASO(u,u′) − CASO(u′,u)‖", "CASO / independent",
+                 "bound ‖(I−A(u′))x(u)‖ + ‖(I−A(u))x(u′)‖", "bound holds"]
+
+
 def prop4_frame(d: dict) -> pd.DataFrame:
     rows = [{
         "Layer": r["layer"],
@@ -178,7 +211,7 @@ def prop4_frame(d: dict) -> pd.DataFrame:
         "bound ‖(I−A(u′))x(u)‖ + ‖(I−A(u))x(u′)‖": round(r["bound"], 4),
         "bound holds": "yes" if r["holds"] else "NO",
     } for r in d["prop4"]]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PROP4_COLUMNS)
 
 
 def figures(d: dict, view: str = "contour"):
@@ -234,6 +267,7 @@ def _clip(text: str, n: int) -> str:
 # ---- layout ---------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     gr.Markdown(EXPLAIN)
+    note(limits(res), "landscape-limits")
     with gr.Row(equal_height=False):
         sample = gr.Dropdown(sample_choices(res), value=AVERAGE, label="Sample", scale=3, elem_id="landscape-sample",
                              info=f"the top-{K} retrieved contexts of a corpus sample, or the average (~2 min on 2 CPU cores for the demo model; shown at once when cached)")
@@ -242,14 +276,14 @@ def render(res: Resources) -> None:
         pair = gr.Dropdown([("u₂ and u₃ (the two most relevant)", "u2-u3"), ("u₁ and u₂", "u1-u2"),
                             ("u₁ and u₃", "u1-u3")], value="u2-u3", label="Pair for the 1-D plot and prop. 4", scale=1)
         view = gr.Radio(["contour", "surface"], value="contour", label="View", scale=1)
-    run = gr.Button("Compute landscape", variant="primary", elem_id="landscape-run")
+    run = gr.Button("Compute landscape", variant="primary", elem_id="landscape-run", interactive=not blocked(res))
     summary = gr.Markdown(label="Finding", elem_id="landscape-summary")
     with gr.Row():
         soup_plot = gr.Plot(label="Soup plane", elem_id="landscape-soup")
         caso_plot = gr.Plot(label="CASO plane", elem_id="landscape-caso")
     line_plot = gr.Plot(label="1-D interpolation", elem_id="landscape-line")
     gr.Markdown("#### Prop. 4 per layer: distance between the two CASO orders vs between the independent states")
-    table = gr.Dataframe(label="Prop. 4 distances (mean over the sample's 3 pairs of contexts)", interactive=False,
+    table = gr.Dataframe(pd.DataFrame(columns=PROP4_COLUMNS), label="Prop. 4 distances (mean over the sample's 3 pairs of contexts)", interactive=False,
                          elem_id="landscape-distances")
     gr.Markdown("The paper prints the bound with every norm squared; that form does not hold in general "
                 "(tests/test_compose.py), the unsquared one (the triangle inequality) does. Prop. 4 is "
@@ -264,6 +298,8 @@ def render(res: Resources) -> None:
         return landscape(res, sample, steps, pair, view, progress)
 
     def show_default(progress=gr.Progress()):
+        if blocked(res):  # said in the tab's note; nothing to compute
+            return (gr.skip(),) * len(outs)
         return outputs(default_result(res, progress))
 
     def rerender(view, d):

@@ -107,11 +107,18 @@ def _si(x: float, base: int = 1000) -> str:
     return f"{x:.3g} {units[i]}"
 
 
-def store_folder(cache_dir: Path, corpus_name: str, split: str, fingerprint: str, max_contexts: int | None = None) -> Path:
-    """<cache_dir>/<corpus>-<split>[-max<N>]-<fingerprint>; a .jsonl corpus is named by stem + path hash."""
-    if corpus_name.endswith(".jsonl"):
-        p = Path(corpus_name).resolve()
-        corpus_name = f"{p.stem}-{hashlib.sha256(str(p).encode()).hexdigest()[:8]}"
+def store_folder(cache_dir: Path, corpus_name: str | None, split: str, fingerprint: str, max_contexts: int | None = None,
+                 database: str | Path | None = None) -> Path:
+    """<cache_dir>/<corpus>[+<database>]-<split>[-max<N>]-<fingerprint>; a .jsonl corpus and a database
+    file are named by stem + path hash."""
+    def named(path) -> str:
+        p = Path(path).resolve()
+        return f"{p.stem}-{hashlib.sha256(str(p).encode()).hexdigest()[:8]}"
+
+    if corpus_name and corpus_name.endswith(".jsonl"):
+        corpus_name = named(corpus_name)
+    if database is not None:
+        corpus_name = "+".join(x for x in (corpus_name if corpus_name not in (None, "", "none") else "", named(database)) if x)
     limit = f"-max{max_contexts}" if max_contexts else ""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{corpus_name}-{split}{limit}")
     return Path(cache_dir) / f"{slug}-{fingerprint}"
@@ -140,7 +147,7 @@ def limit_corpus(corpus, max_contexts: int):
         if len(keep) >= max_contexts:
             break
         keep.setdefault(cid, text)
-    if not samples:
+    if corpus.samples and not samples:
         raise ValueError(f"max_contexts={max_contexts} is too small for even the first example's "
                          f"{len(corpus.samples[0].contexts)} contexts; raise it")
     return Corpus(corpus.name, corpus.split, samples, keep)
@@ -198,7 +205,7 @@ def shipped_embeddings(corpus_name: str, split: str, embedder_name: str) -> list
 
 def load_resources(
     model: str = "demo",
-    corpus: str = "demo",
+    corpus: str | None = "demo",
     split: str = DEFAULT_SPLIT,
     cache_dir: str | Path = DEFAULT_CACHE,
     max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -207,9 +214,12 @@ def load_resources(
     embedder: Embedder | None = None,
     log: Callable[[str], None] = print,
     encode_all: bool = False,
+    database: str | Path | None = None,
 ) -> Resources:
     """Load the model and corpus, open (or start) the state store and the retriever.
 
+    corpus: demo | wikitext | msmarco | a .jsonl file; None: the `database` file alone (no samples).
+    database: a database file ({"id", "text"} per line) whose chunks join a .jsonl corpus's.
     max_contexts: use at most this many contexts (see `limit_corpus`); None: the whole corpus.
     encode_all: encode every context now (with a progress bar); default: on first use.
     """
@@ -223,7 +233,7 @@ def load_resources(
     times["model"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    c = load_corpus(corpus, split)
+    c = load_corpus(corpus, split, database=database)
     if max_contexts:
         c = limit_corpus(c, max_contexts)
     if not c.database:
@@ -231,7 +241,7 @@ def load_resources(
     times["corpus"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    folder = store_folder(Path(cache_dir), corpus, split, m.fingerprint(), max_contexts)
+    folder = store_folder(Path(cache_dir), corpus, split, m.fingerprint(), max_contexts, database)
     store = open_or_build_store(m, c.database, folder, log, encode_all)
     times["store"] = time.perf_counter() - t
 

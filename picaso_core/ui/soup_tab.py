@@ -33,6 +33,7 @@ from picaso_core.data.skills import format_query
 from picaso_core.plots import soup as plots
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, text, whole_number
+from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "State soup"
@@ -324,6 +325,24 @@ def decay(res: Resources, chunk_tokens: int = 100, documents: int = 10, progress
             client_snippet("/soup_decay", chunk_tokens=chunk_tokens, documents=documents))
 
 
+def decay_limits(res: Resources, chunk_tokens: int = 100) -> list[str]:
+    """What the A-decay section cannot show on the loaded corpus: it needs one window of 3 chunks
+    (the skill library above does not use the corpus)."""
+    texts, chars = [], 0
+    for t in res.database.values():  # a short prefix is enough to know whether one window fits
+        texts.append(t)
+        chars += len(t)
+        if chars > 40 * 3 * chunk_tokens:
+            return []
+    n = len(res.model.tokenizer.encode("\n\n".join(texts)))
+    if n >= 3 * chunk_tokens:
+        return []
+    fit = n // 3 // 4 * 4
+    return [f"The corpus's contexts hold {n} tokens in all: a window of 3 × {chunk_tokens} tokens does not fit, "
+            + (f"so A-decay mixing needs 'Tokens per chunk' of at most {fit}." if fit >= 16 else
+               "so A-decay mixing cannot run (it needs at least 3 × 16 tokens of text).")]
+
+
 # ---- layout -----------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     n_layer = res.model.config.n_layer
@@ -334,7 +353,7 @@ def render(res: Resources) -> None:
         "In-Context Skill Learning, Retrieval and Mixing, Pióro et al. 2024.)*  \n" + LOOK_AT)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=280):
-            layer = gr.Slider(0, n_layer - 1, value=n_layer // 2, step=1, label="Layer", elem_id="soup-layer")
+            layer = count_slider(0, n_layer - 1, n_layer // 2, label="Layer", elem_id="soup-layer")
             part = gr.Radio([("SSM state", "ssm"), ("conv state", "conv")], value="ssm", label="State part")
             method = gr.Radio([("PCA", "pca"), ("t-SNE", "tsne"), ("UMAP", "umap")], value=DEFAULT_METHOD,
                               label="Projection", info="t-SNE and UMAP run on the first 50 principal components")
@@ -349,7 +368,8 @@ def render(res: Resources) -> None:
             fig = gr.Plot(label="Skill map", elem_id="soup-map")
             summary = gr.Markdown(label="Summary", elem_id="soup-summary")
     quality = gr.Plot(label="Where tasks separate: per layer, SSM vs conv", elem_id="soup-quality")
-    retrieved = gr.Dataframe(label="Nearest library states to your demonstration", interactive=False,
+    retrieved = gr.Dataframe(pd.DataFrame(columns=["rank", "task", "cosine", "demonstration"]),
+                             label="Nearest library states to your demonstration", interactive=False,
                              elem_id="soup-retrieved")
     with gr.Accordion("Map as data (what /soup_map returns)", open=False):
         map_data = gr.JSON(label="Map data")
@@ -390,6 +410,7 @@ def render(res: Resources) -> None:
     gr.Markdown("### A-decay mixing of sequential chunks (sec. 2.3)\nCut the corpus into windows c1, c2, test; "
                 "score the test chunk from the state of c1 then c2 (concat), from x(c2) + A(c2)·x(c1) "
                 "(A-decay: exact for one layer), from the mean of the two states, and from c2 alone.")
+    note(decay_limits(res), "soup-decay-limits")
     with gr.Row():
         chunk_tokens = gr.Slider(16, 200, value=100, step=4, label="Tokens per chunk")
         documents = gr.Slider(1, 50, value=10, step=1, label="Windows")
@@ -397,7 +418,8 @@ def render(res: Resources) -> None:
     decay_summary = gr.Markdown(label="A-decay summary")
     decay_fig = gr.Plot(label="Loss on the test chunk", elem_id="soup-decay")
     with gr.Accordion("A-decay data", open=False):
-        decay_table = gr.Dataframe(label="Mean loss per method", interactive=False)
+        decay_table = gr.Dataframe(pd.DataFrame(columns=["method", "mean loss"]), label="Mean loss per method",
+                                   interactive=False)
         decay_data = gr.JSON(label="A-decay data")
     py_code, client_code = show_code()
 

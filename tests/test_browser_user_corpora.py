@@ -1,0 +1,53 @@
+"""Headless Chromium on the app over a database file alone (no samples, no labels; issue #20): every
+tab opens without an error and shows, at its top, what it cannot show on this corpus. Screenshots
+are left in $PICASO_SCREENSHOT_DIR (default: the temp folder) to look at."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import app
+from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_tab
+from picaso_core.ui.resources import load_resources
+from test_browser import browser  # noqa: F401
+from test_retrieval import BagOfWords
+from test_user_corpora import corpus_args
+
+SHOTS = Path(os.environ.get("PICASO_SCREENSHOT_DIR", tempfile.gettempdir()))
+NOTES = {compose_tab.TITLE: "compose-limits", soup_tab.TITLE: "soup-decay-limits",
+         landscape_tab.TITLE: "landscape-limits", attribution_tab.TITLE: "attribution-limits",
+         benchmarks_tab.TITLE: "bench-limits"}
+
+
+def test_every_tab_opens_on_a_database_file_alone_and_says_what_it_cannot_show(browser, tiny_model_dir,  # noqa: F811
+                                                                                tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, database = corpus_args("database file only", tmp_path / "data")
+    res = load_resources(str(tiny_model_dir), None, cache_dir=tmp_path / "cache", embedder=BagOfWords(),
+                         log=lambda msg: None, database=database)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo = app.build_app(res)
+    demo.queue().launch(server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        browser.get(f"http://127.0.0.1:{port}/")
+        wait = WebDriverWait(browser, 60)
+        for title, note_id in NOTES.items():
+            tab = wait.until(lambda d: [b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
+                                        if b.text == title])
+            tab[0].click()
+            note = wait.until(lambda d: [e for e in d.find_elements(By.ID, note_id) if e.is_displayed()])
+            assert "On this corpus" in note[0].text, title
+            time.sleep(1)  # a page-load event that failed would show its error toast by now
+            assert not [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".toast-body")], title
+            browser.save_screenshot(str(SHOTS / f"picaso_user_corpus_{note_id}.png"))
+        assert "No samples in the corpus" in browser.find_element(By.ID, "bench-limits").text
+    finally:
+        demo.close()

@@ -1,0 +1,40 @@
+"""UMAP fits run one at a time (issue #20): the State soup tab warms UMAP's numba code in a background
+thread, and a user's first UMAP map that started while that compile ran raised IndexError in fresh
+containers. soup.project serialises the fits, so the user's map waits for the warm-up instead."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+
+import numpy as np
+
+from picaso_core import soup
+
+
+def test_umap_fits_never_overlap(monkeypatch):
+    active, peak, lock = [0], [0], threading.Lock()
+
+    class SlowUMAP:  # stands in for umap.UMAP: records how many fits run at once
+        def __init__(self, n_components, **kwargs):
+            self.dim = n_components
+
+        def fit_transform(self, z):
+            with lock:
+                active[0] += 1
+                peak[0] = max(peak[0], active[0])
+            time.sleep(0.2)
+            with lock:
+                active[0] -= 1
+            return np.zeros((len(z), self.dim))
+
+    monkeypatch.setitem(sys.modules, "umap", types.SimpleNamespace(UMAP=SlowUMAP))
+    warm = threading.Thread(target=soup.warm_up_umap)
+    warm.start()
+    time.sleep(0.05)  # the warm-up's fit is running
+    x = np.random.default_rng(0).normal(size=(20, 6)).astype(np.float32)
+    assert soup.project(x, "umap", 2).shape == (20, 2)
+    warm.join()
+    assert peak[0] == 1

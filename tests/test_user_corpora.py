@@ -1,0 +1,182 @@
+"""Users' own corpora (issue #20): every tab starts on any valid corpus and says what it cannot show.
+
+The corpora are the shapes users bring: one sample, one labelled sample, no labels, no QA samples,
+samples without contexts beside a database file, and the database file alone. For each, the app
+builds, launches, and /compose answers through gradio_client; each tab's note names what is
+missing. A tiny random model (conftest) and a bag-of-words embedder keep it fast.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+import app
+from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_tab
+from picaso_core.ui.resources import load_resources, store_folder
+from test_retrieval import BagOfWords
+
+CONTEXTS = [["velmora-0", "Velmora is a city on the river Quell."],
+            ["velmora-1", "Velmora was founded in 1423 by Osric Dallen."],
+            ["tarrix-0", "Tarrix is a mountain in the north; Mira Sen climbed it first."]]
+VELMORA = {"query": "Velmora was founded", "continuation": " in 1423 by Osric Dallen."}
+TARRIX = {"query": "Tarrix was first climbed by", "continuation": " Mira Sen."}
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+CORPORA = {  # name -> (sample rows or None for no sample file, database rows or None)
+    "one sample": ([{**VELMORA, "contexts": CONTEXTS}], None),
+    "one labelled sample": ([{**VELMORA, "contexts": CONTEXTS, "gold_ids": ["velmora-1"]}], None),
+    "no labels": ([{**VELMORA, "contexts": CONTEXTS}, {**TARRIX, "contexts": CONTEXTS}], None),
+    "no QA": ([{**VELMORA, "contexts": CONTEXTS, "gold_ids": ["velmora-1"]},
+               {**TARRIX, "contexts": CONTEXTS, "gold_ids": ["tarrix-0"]}], None),
+    "no contexts": ([VELMORA, TARRIX], [{"id": i, "text": t} for i, t in CONTEXTS]),
+    "database file only": (None, [{"id": i, "text": t} for i, t in CONTEXTS]),
+}
+
+
+def corpus_args(name: str, folder: Path) -> tuple[str | None, str | None]:
+    samples, db = CORPORA[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus = str(_write(folder / "samples.jsonl", samples)) if samples is not None else None
+    database = str(_write(folder / "chunks.jsonl", db)) if db is not None else None
+    return corpus, database
+
+
+@pytest.fixture(scope="module", params=list(CORPORA))
+def user_res(request, tiny_model_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("user")
+    corpus, database = corpus_args(request.param, tmp / "data")
+    res = load_resources(str(tiny_model_dir), corpus, cache_dir=tmp / "cache", embedder=BagOfWords(),
+                         log=lambda msg: None, database=database)
+    return request.param, res
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_every_tab_starts_and_compose_answers_through_the_client(user_res):
+    """The whole app builds (no Slider with minimum == maximum), serves, and /compose answers."""
+    from gradio_client import Client
+
+    name, res = user_res
+    demo = app.build_app(res)
+    port = _free_port()
+    demo.queue().launch(server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        out = client.predict(query=VELMORA["query"], continuation=VELMORA["continuation"], k=2, max_new_tokens=2,
+                             api_name="/compose")
+        results = out[6]
+        assert len(results["contexts"]) == 2 and results["scored"] is True
+        assert all(r["loss"] is not None for r in results["methods"].values())
+    finally:
+        demo.close()
+
+
+def _notes(demo) -> dict[str, str]:
+    return {b.elem_id: b.value for b in demo.blocks.values()
+            if str(getattr(b, "elem_id", "")).endswith("-limits") and getattr(b, "visible", False)}
+
+
+def test_each_tab_says_what_it_cannot_show(user_res):
+    name, res = user_res
+    notes = _notes(app.build_app(res))
+    text = " ".join(notes.values())
+    assert "k goes up to 3" in notes["compose-limits"]  # 3 contexts, below k = 10
+    labelled = name in ("one labelled sample", "no QA")
+    assert ("No labelled examples" in notes.get("attribution-limits", "")) == (not labelled)
+    if name == "database file only":
+        assert "No samples in the corpus" in notes["compose-limits"]
+        assert "nothing to draw" in notes["landscape-limits"] and "cannot run" in notes["bench-limits"]
+    else:
+        assert "nothing to draw" not in text
+    assert "a window of 3 × 100 tokens does not fit" in notes["soup-decay-limits"]  # 3 short contexts
+
+
+def test_handlers_refuse_what_the_corpus_cannot_give_with_the_reason(user_res):
+    import gradio as gr
+
+    name, res = user_res
+    if not res.corpus.samples:
+        with pytest.raises(gr.Error, match="No samples"):
+            landscape_tab.compute(res)
+        with pytest.raises(gr.Error, match="No samples"):
+            next(benchmarks_tab.run_live(res, samples=1, ks="0,1"))
+    if not attribution_tab.qa_samples(res):
+        with pytest.raises(gr.Error, match="no examples with gold context labels"):
+            attribution_tab.run_precision(res, 1)
+    # attribution of a typed query works on every corpus
+    data = attribution_tab.run_attribution(res, VELMORA["query"], VELMORA["continuation"], k=2,
+                                           methods=["loi", "picaso_r"])
+    assert len(data["scores"]["picaso_r"]) == 2
+
+
+def test_one_context_and_one_layer_sliders_do_not_crash(tiny_model_dir, tmp_path):
+    corpus = _write(tmp_path / "one.jsonl", [{**VELMORA, "contexts": CONTEXTS[:1], "gold_ids": ["velmora-0"]}])
+    res = load_resources(str(tiny_model_dir), str(corpus), cache_dir=tmp_path / "cache", embedder=BagOfWords(),
+                         log=lambda msg: None)
+    notes = _notes(app.build_app(res))
+    assert "One context in the database" in notes["attribution-limits"]
+    assert "a plane goes through 3 states" in notes["landscape-limits"]
+    assert compose_tab.run_compose(res, VELMORA["query"], VELMORA["continuation"], k=1, max_new_tokens=0)[0]
+
+
+def test_database_file_needs_a_jsonl_corpus_or_stands_alone(tiny_model_dir, tmp_path):
+    from picaso_core.data import load_corpus
+
+    db = _write(tmp_path / "chunks.jsonl", [{"id": "a", "text": "alpha"}])
+    with pytest.raises(ValueError, match="adds chunks to a .jsonl corpus"):
+        load_corpus("demo", database=db)
+    with pytest.raises(ValueError, match="no such database file"):
+        load_corpus(None, database=tmp_path / "missing.jsonl")
+    alone = load_corpus(None, database=db)
+    assert len(alone) == 0 and alone.database == {"a": "alpha"}
+    # a store per (corpus, database) pair: another database file never reuses the first one's states
+    a = store_folder(tmp_path, None, "custom", "fp", database=db)
+    b = store_folder(tmp_path, None, "custom", "fp", database=tmp_path / "other.jsonl")
+    assert a != b and "chunks-" in a.name
+
+
+def test_database_flag_and_environment_variable():
+    assert app.parse_args([], env={}).corpus == "demo"
+    args = app.parse_args(["--database", "chunks.jsonl"], env={})
+    assert args.corpus is None and args.database == "chunks.jsonl"
+    args = app.parse_args(["--corpus", "mine.jsonl"], env={"PICASO_DATABASE": "db.jsonl"})
+    assert (args.corpus, args.database) == ("mine.jsonl", "db.jsonl")
+    assert app.parse_args(["--database", "x.jsonl"], env={"PICASO_DATABASE": "db.jsonl"}).database == "x.jsonl"
+
+
+def test_app_main_passes_the_database_file_to_the_resources(tiny_model_dir, tmp_path, monkeypatch):
+    """`python app.py --database FILE` (no sample file): main() loads the database alone and launches."""
+    import gradio as gr
+
+    _, database = corpus_args("database file only", tmp_path / "data")
+    loaded, launched = [], []
+
+    def load(*args, **kwargs):
+        loaded.append(load_resources(*args, **kwargs, embedder=BagOfWords(), log=lambda msg: None))
+        return loaded[-1]
+
+    monkeypatch.setattr(app, "load_resources", load)
+    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kw: launched.append(kw))
+    app.main(["--model", str(tiny_model_dir), "--database", database, "--cache-dir", str(tmp_path / "cache")])
+    assert launched and len(loaded[0].corpus) == 0 and set(loaded[0].database) == {i for i, _ in CONTEXTS}
+
+
+def test_soup_decay_note_is_empty_on_a_long_corpus(tiny_model_dir, tmp_path):
+    long = " ".join(f"Sentence {i} of a long context about Velmora." for i in range(200))
+    corpus = _write(tmp_path / "long.jsonl", [{**VELMORA, "contexts": [["long-0", long]]}])
+    res = load_resources(str(tiny_model_dir), str(corpus), cache_dir=tmp_path / "cache", embedder=BagOfWords(),
+                         log=lambda msg: None)
+    assert soup_tab.decay_limits(res) == []
