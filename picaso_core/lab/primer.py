@@ -164,7 +164,7 @@ def demo_system(magnitude: float, phase: float, N: int, seed: int = 0) -> tuple[
     g = torch.Generator().manual_seed(seed)
     k = torch.arange(N, dtype=torch.float64)
     mags = magnitude ** (1 + 3 * k / max(N - 1, 1))
-    sign = torch.where(k % 2 == 0, 1.0, -1.0)  # conjugate pairs: the impulse response is real
+    sign = 1.0 - 2.0 * (k % 2)  # conjugate pairs: the impulse response is real
     A = torch.polar(mags, sign * phase)
     B = torch.complex(torch.randn(N, generator=g, dtype=torch.float64), torch.zeros(N, dtype=torch.float64))
     C = torch.complex(torch.randn(N, generator=g, dtype=torch.float64), torch.randn(N, generator=g, dtype=torch.float64))
@@ -176,13 +176,13 @@ def demo_system(magnitude: float, phase: float, N: int, seed: int = 0) -> tuple[
 # --------------------------------------------------------------------------------------------
 def _steps_below(log_mag: np.ndarray, tol: float) -> np.ndarray:
     """Smallest t >= 0 with exp(t log|λ|) < tol, for log|λ| < 0 (inf where log|λ| == 0)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # λ = 0: log|λ| = -inf, gone after 1 step
         t = np.floor(np.log(tol) / log_mag) + 1
-    t = np.where(np.isfinite(t), t, np.where(log_mag == 0, np.inf, 1.0))
-    fin = np.isfinite(t)
-    # one-step corrections where log(tol) / log|λ| lands within rounding of an integer
-    t = np.where(fin & (np.exp(t * log_mag) >= tol), t + 1, t)
-    t = np.where(fin & (t > 0) & (np.exp((t - 1) * log_mag) < tol), t - 1, t)
+        t = np.where(np.isfinite(t), t, np.where(log_mag == 0, np.inf, 1.0))
+        fin = np.isfinite(t) & np.isfinite(log_mag)
+        # one-step corrections where log(tol) / log|λ| lands within rounding of an integer
+        t = np.where(fin & (np.exp(t * log_mag) >= tol), t + 1, t)
+        t = np.where(fin & (t > 0) & (np.exp((t - 1) * log_mag) < tol), t - 1, t)
     return t
 
 
