@@ -45,6 +45,12 @@ def test_selective_and_complexity_handlers(res):  # noqa: F811
     assert calls[0] == 0 and calls[-1] == 1.0 and "slopes" in md
 
 
+def test_shipped_measurement_is_shown_until_one_is_made(tmp_path):
+    assert primer_tab.shipped_complexity(tmp_path / "missing.json") is None
+    fig, table, md = primer_tab.shipped_complexity()  # assets/primer_complexity.json (bench/primer_complexity.py --ship)
+    assert table["T"].iloc[-1] == "log-log slope" and len(fig.data) == 8 and "development machine" in md
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda res: primer_tab.lti(1.5, 0, 4, 64), "magnitude"),
     (lambda res: primer_tab.lti(0.5, 0, 4, 3), "T"),

@@ -82,21 +82,25 @@ def memory_figure(profile: dict, height: int = 380) -> go.Figure:
     return _layout(fig, "The loaded model's memory per head (one dot per head)", height)
 
 
-def selective_figure(d: dict, height: int = 460) -> go.Figure:
+def selective_figure(d: dict, height: int = 520) -> go.Figure:
     """Top: the input. Middle: Δ_t, static vs selective. Bottom: the state read out, static vs selective."""
-    fig = make_subplots(3, 1, shared_xaxes=True, vertical_spacing=0.07, row_heights=[0.28, 0.32, 0.4],
+    fig = make_subplots(3, 1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.25, 0.3, 0.45],
                         subplot_titles=("input x_t", "step Δ_t: how much of x_t is let in (and of the past forgotten)",
                                         "output y_t = h_t"))
     t = list(range(len(d["x"])))
     fig.add_trace(go.Bar(x=t, y=d["x"], marker_color="#94a3b8", name="x", showlegend=False), 1, 1)
     for name, colour in (("static", "#64748b"), ("selective", "#dc2626")):
         fig.add_trace(go.Scatter(x=t, y=d[name]["dt"], mode="lines+markers", marker=dict(size=4),
-                                 line=dict(color=colour), name=f"{name} Δ", legendgroup=name), 2, 1)
+                                 line=dict(color=colour), name=f"{name} SSM", legendgroup=name), 2, 1)
         fig.add_trace(go.Scatter(x=t, y=d[name]["y"], mode="lines", line=dict(color=colour, width=2.5),
                                  name=f"{name} SSM", legendgroup=name, showlegend=False), 3, 1)
-    fig.update_yaxes(type="log", row=2, col=1)
+    dts = [v for name in ("static", "selective") for v in d[name]["dt"]]
+    ticks = [v for v in (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10) if min(dts) / 3 <= v <= max(dts) * 3]
+    fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{v:g}" for v in ticks], row=2, col=1)
     fig.update_xaxes(title_text="token t", row=3, col=1)
-    return _layout(fig, "Static vs selective: the same input, fixed Δ vs input-dependent Δ", height)
+    fig = _layout(fig, "Static vs selective: the same input, fixed Δ vs input-dependent Δ", height)
+    fig.update_layout(legend=dict(y=-0.12))
+    return fig
 
 
 def delta_tokens_figure(profile: dict, tokens: list[str], height: int = 330) -> go.Figure:

@@ -13,7 +13,9 @@ from picaso_core.plots.primer. API endpoints, one per action:
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import gradio as gr
 import pandas as pd
@@ -31,7 +33,8 @@ DEFAULT_TEXT = ("Velmora is a city on the river Quell. It was founded in 1423 by
 MAX_TEXT_TOKENS = 256  # memory and Δ per token: one forward of the loaded model
 MAX_M_TOKENS = 128  # the T x T matrix M: a heatmap past ~128 tokens is unreadable
 MAX_LENGTH, MAX_LENGTHS = 16384, 8  # the live measurement (the README's table comes from the CLI)
-REFERENCE_LAMBDAS = (0.5, 0.9)  # impulse responses drawn beside the slider's eigenvalue
+REFERENCE_LAMBDAS = (0.5, 0.9)
+SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "primer_complexity.json"  # bench/primer_complexity.py --ship  # impulse responses drawn beside the slider's eigenvalue
 
 SLIDES_TABLE = """| Model | Training time | Memory | Autoregressive step |
 |---|---|---|---|
@@ -190,6 +193,26 @@ def complexity_frame(r: dict) -> pd.DataFrame:
     return pd.DataFrame(rows + [slope])
 
 
+def slopes_md(r: dict) -> str:
+    s = r["slopes"]
+    return (f"Measured slopes (seconds vs T, log-log): attention prefill **{s['attention_prefill']:.2f}**, SSM scan "
+            f"**{s['ssm_scan']:.2f}**, attention decode step **{s['attention_step']:.2f}**, SSM decode step "
+            f"**{s['ssm_step']:.2f}** (the slides: 2, 1, 1, 0). Small T is dominated by fixed per-call costs, "
+            "which pulls every slope down; longer T brings them closer.")
+
+
+def shipped_complexity(path: Path = SHIPPED):
+    """The figure, table and summary of the bundled measurement (None if it is missing)."""
+    try:
+        r = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    md = (f"Shown until you measure: T = {r['lengths'][0]} to {r['lengths'][-1]} measured on the development "
+          f"machine ({r['device']}, {r['threads']} thread(s); `{r.get('command', 'bench/primer_complexity.py')}`). "
+          + slopes_md(r))
+    return P.complexity_figure(r), complexity_frame(r), md
+
+
 def complexity(res: Resources, lengths="256, 512, 1024, 2048, 4096", progress=lambda *a, **kw: None):
     """measure_complexity at the loaded model's width, with a progress bar."""
     ls = parse_lengths(lengths)
@@ -198,11 +221,7 @@ def complexity(res: Resources, lengths="256, 512, 1024, 2048, 4096", progress=la
                   chunk_size=cfg.ssm_cfg.chunk_size) if cfg.family == "Mamba2" else {})
     r = lab.measure_complexity(ls, device=res.model.device, progress=lambda d, t, desc: progress(d / t, desc=desc),
                                **width)
-    s = r["slopes"]
-    md = (f"Measured slopes (seconds vs T, log-log): attention prefill **{s['attention_prefill']:.2f}**, SSM scan "
-          f"**{s['ssm_scan']:.2f}**, attention decode step **{s['attention_step']:.2f}**, SSM decode step "
-          f"**{s['ssm_step']:.2f}** (the slides: 2, 1, 1, 0). Small T is dominated by fixed per-call costs, "
-          "which pulls every slope down; longer T brings them closer.")
+    md = slopes_md(r)
     return P.complexity_figure(r), complexity_frame(r), md, r, *_code("complexity", lengths=lengths)
 
 
@@ -283,9 +302,11 @@ def render(res: Resources) -> None:
             lengths = gr.Textbox("256, 512, 1024, 2048, 4096", label="lengths T", elem_id="primer-lengths",
                                  info=f"2 to {MAX_LENGTHS} values up to {MAX_LENGTH}; the default takes < 20 s on 2 CPU cores")
             measure = gr.Button("Measure on this machine", variant="primary", elem_id="primer-measure")
-    complexity_md = gr.Markdown("", label="Measured slopes", elem_id="primer-complexity-md")
-    complexity_plot = gr.Plot(label="Measured complexity", elem_id="primer-complexity")
-    complexity_table = gr.Dataframe(label="Measured (ms and MiB per call)", interactive=False, elem_id="primer-complexity-table")
+    fig0, table0, md0 = shipped_complexity() or (None, None, "")
+    complexity_md = gr.Markdown(md0, label="Measured slopes", elem_id="primer-complexity-md")
+    complexity_plot = gr.Plot(fig0, label="Measured complexity", elem_id="primer-complexity")
+    complexity_table = gr.Dataframe(table0, label="Measured (ms and MiB per call)", interactive=False,
+                                    elem_id="primer-complexity-table")
     complexity_data = gr.JSON(visible=False, label="Complexity data")
     cx_py, cx_cl = show_code()
     cx_outs = [complexity_plot, complexity_table, complexity_md, complexity_data, cx_py, cx_cl]
