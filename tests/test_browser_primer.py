@@ -43,9 +43,13 @@ def test_primer_tab_draws_moves_and_measures(browser, app_url):  # noqa: F811
     lengths.clear()
     lengths.send_keys("64, 128, 256")
     browser.find_element(By.ID, "primer-measure").click()
+    # the shipped measurement is shown until the live one replaces it
+    assert "Shown until you measure" in browser.find_element(By.ID, "primer-complexity-md").text
+    wait.until(lambda d: "Shown until" not in (t := d.find_element(By.ID, "primer-complexity-md").text)
+               and "Measured slopes" in t)
     wait.until(lambda d: "log-log slope" in d.find_element(By.ID, "primer-complexity-table").text)
     wait.until(_drawn(["primer-complexity"]))
-    assert "Measured slopes" in browser.find_element(By.ID, "primer-complexity-md").text
+    assert "T" in browser.find_element(By.ID, "primer-complexity-table").text
     shot = os.environ.get("PICASO_SCREENSHOT_PRIMER", str(Path(tempfile.gettempdir()) / "picaso_primer.png"))
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(shot)

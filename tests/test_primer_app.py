@@ -63,6 +63,7 @@ def test_shipped_measurement_is_shown_until_one_is_made(tmp_path):
     (lambda res: primer_tab.complexity(res, "256"), "2 to"),
     (lambda res: primer_tab.complexity(res, "256, lots"), "whole numbers"),
     (lambda res: primer_tab.complexity(res, "256, 100000"), "up to|from 2 to"),
+    (lambda res: primer_tab.complexity(res, "256, 512", "yes"), "one_thread"),
 ])
 def test_bad_input_is_one_clear_message(res, call, message):  # noqa: F811
     with pytest.raises(gr.Error, match=message):
@@ -89,7 +90,7 @@ def test_primer_endpoints_through_gradio_client(app_url):  # noqa: F811
     assert out[3]["n_tokens"] == len(out[3]["tokens"]) > 0
     out = client.predict(text="Tarrix is a mountain.", layer=1, head=0, api_name="/primer_attention")
     assert out[2]["relative_error"] <= 1e-4
-    out = client.predict(lengths="64, 256", api_name="/primer_complexity")
+    out = client.predict(lengths="64, 256", one_thread=True, api_name="/primer_complexity")
     r = out[3]
     assert r["lengths"] == [64, 256] and all(s > 0 for series in r["seconds"].values() for s in series)
     with pytest.raises(Exception, match="magnitude"):

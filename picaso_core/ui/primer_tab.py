@@ -8,7 +8,7 @@ from picaso_core.plots.primer. API endpoints, one per action:
     Client(url).predict(selectivity=1.0, api_name="/primer_selective")
     Client(url).predict(text="...", api_name="/primer_model")
     Client(url).predict(text="...", layer=0, head=0, api_name="/primer_attention")
-    Client(url).predict(lengths="256, 512, 1024, 2048, 4096", api_name="/primer_complexity")
+    Client(url).predict(lengths="256, 512, 1024, 2048, 4096", one_thread=True, api_name="/primer_complexity")
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from picaso_core.lab import primer as lab
 from picaso_core.plots import primer as P
 from picaso_core.ui.code import client_snippet, show_code
-from picaso_core.ui.errors import bad_input, text, whole_number
+from picaso_core.ui.errors import bad_input, flag, text, whole_number
 from picaso_core.ui.resources import Resources
 
 TITLE = "Primer"
@@ -213,16 +213,21 @@ def shipped_complexity(path: Path = SHIPPED):
     return P.complexity_figure(r), complexity_frame(r), md
 
 
-def complexity(res: Resources, lengths="256, 512, 1024, 2048, 4096", progress=lambda *a, **kw: None):
-    """measure_complexity at the loaded model's width, with a progress bar."""
+def complexity(res: Resources, lengths="256, 512, 1024, 2048, 4096", one_thread=True, progress=lambda *a, **kw: None):
+    """measure_complexity at the loaded model's width, with a progress bar. one_thread: measure with
+    one torch thread on CPU. On cores shared with other work, two threads stall on each other at
+    every small op and the slopes come out as noise; one thread measures the algorithm. The setting
+    is process-wide for the ~20 s of the measurement (requests served meanwhile run on one thread)."""
     ls = parse_lengths(lengths)
+    one_thread = flag("one_thread", one_thread, "/primer_complexity")
     cfg = res.model.config
     width = (dict(heads=cfg.nheads, headdim=cfg.ssm_cfg.headdim, d_state=cfg.ssm_cfg.d_state,
                   chunk_size=cfg.ssm_cfg.chunk_size) if cfg.family == "Mamba2" else {})
-    r = lab.measure_complexity(ls, device=res.model.device, progress=lambda d, t, desc: progress(d / t, desc=desc),
-                               **width)
+    threads = 1 if one_thread and res.model.device.type == "cpu" else None
+    r = lab.measure_complexity(ls, device=res.model.device, threads=threads,
+                               progress=lambda d, t, desc: progress(d / t, desc=desc), **width)
     md = slopes_md(r)
-    return P.complexity_figure(r), complexity_frame(r), md, r, *_code("complexity", lengths=lengths)
+    return P.complexity_figure(r), complexity_frame(r), md, r, *_code("complexity", lengths=lengths, one_thread=one_thread)
 
 
 def _code(which: str, **kw) -> tuple[str, str]:
@@ -240,7 +245,8 @@ def _code(which: str, **kw) -> tuple[str, str]:
                       f"d = semiseparable(res.model, res.model.tokenizer.encode({kw.get('text')!r}), "
                       f"{kw.get('layer')}, {kw.get('head')})\nprint(d['max_abs_diff'], d['relative_error'])\n"),
         "complexity": ("from picaso_core.lab.primer import measure_complexity\n"
-                       f"r = measure_complexity([{', '.join(map(str, parse_lengths(kw.get('lengths', '256, 4096'))))}])\n"
+                       f"r = measure_complexity([{', '.join(map(str, parse_lengths(kw.get('lengths', '256, 4096'))))}], "
+                       f"threads={1 if kw.get('one_thread') else None})\n"
                        "print(r['slopes'])\n"),
     }[which]
     return py, client_snippet(f"/primer_{which}", **kw)
@@ -301,6 +307,8 @@ def render(res: Resources) -> None:
         with gr.Column(scale=1):
             lengths = gr.Textbox("256, 512, 1024, 2048, 4096", label="lengths T", elem_id="primer-lengths",
                                  info=f"2 to {MAX_LENGTHS} values up to {MAX_LENGTH}; the default takes < 20 s on 2 CPU cores")
+            one_thread = gr.Checkbox(True, label="one CPU thread", elem_id="primer-one-thread",
+                                     info="steadier on a busy machine; untick to use all of torch's threads")
             measure = gr.Button("Measure on this machine", variant="primary", elem_id="primer-measure")
     fig0, table0, md0 = shipped_complexity() or (None, None, "")
     complexity_md = gr.Markdown(md0, label="Measured slopes", elem_id="primer-complexity-md")
@@ -327,9 +335,9 @@ def render(res: Resources) -> None:
         """Mamba-2's semiseparable matrix M of one layer and head; M x against the model's scan."""
         return attention_view(res, text, layer, head)
 
-    def primer_complexity(lengths, progress=gr.Progress()):
+    def primer_complexity(lengths, one_thread, progress=gr.Progress()):
         """Measure attention vs SSM time and memory over T tokens and per decode step."""
-        return complexity(res, lengths, progress)
+        return complexity(res, lengths, one_thread, progress)
 
     def show_defaults():
         return (*lti(), *selective(), *model_view(res), *attention_view(res))
@@ -344,5 +352,5 @@ def render(res: Resources) -> None:
           preprocess=False)
     gr.on([read.click, text_box.submit, layer.change, head.change], primer_attention, [text_box, layer, head], att_outs,
           api_name="primer_attention", **live)
-    measure.click(primer_complexity, [lengths], cx_outs, api_name="primer_complexity", preprocess=False,
+    measure.click(primer_complexity, [lengths, one_thread], cx_outs, api_name="primer_complexity", preprocess=False,
                   concurrency_limit=1, concurrency_id="primer_measure")
