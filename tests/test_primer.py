@@ -130,6 +130,8 @@ def test_captured_dt_is_the_models_own_step(demo):
     A = -torch.exp(mixer.A_log.double())
     mean_decay = torch.exp((dt.double() * A).mean(0))
     assert prof["layers"][0]["memory"] == [float(m) for m in lab.memory_length(mean_decay)]
+    # a head that does not decay at all (Δ = 0 throughout) has no finite memory: None, not inf
+    assert lab._steps_below(np.array([0.0, -0.1]), 0.01).tolist() == [math.inf, 47.0]
     assert len(prof["layers"]) == model.config.n_layer
 
 

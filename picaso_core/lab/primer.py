@@ -275,7 +275,7 @@ def capture_layers(model, ids: Sequence[int]) -> list[dict]:
 def decay_profile(model, ids: Sequence[int], tol: float = DEFAULT_TOL) -> dict:
     """The loaded model's Δ and decays on a text, per layer: Δ_t and the decay exp(Δ_t A) of each
     head's slowest mode per token (T, H), and each head's memory in tokens at the text's mean
-    log-decay (inf where a head does not decay at all)."""
+    log-decay (None where a head does not decay at all: JSON has no infinity)."""
     tol = _check_tol(tol)
     layers = []
     for i, L in enumerate(capture_layers(model, ids)):
@@ -283,7 +283,8 @@ def decay_profile(model, ids: Sequence[int], tol: float = DEFAULT_TOL) -> dict:
         log_decay = L["dt"].double() * a  # (T, H)
         memory = _steps_below(log_decay.mean(0).numpy(), tol)
         layers.append({"layer": i, "dt": L["dt"].tolist(), "decay": log_decay.exp().tolist(),
-                       "mean_decay": log_decay.mean(0).exp().tolist(), "memory": memory.tolist()})
+                       "mean_decay": log_decay.mean(0).exp().tolist(),
+                       "memory": [float(m) if math.isfinite(m) else None for m in memory]})
     return {"tol": tol, "n_tokens": len(ids), "layers": layers}
 
 

@@ -74,7 +74,7 @@ def memory_figure(profile: dict, height: int = 380) -> go.Figure:
     """Each head's memory in tokens (at the text's mean decay exp(Δ A)), one column per layer."""
     fig = go.Figure()
     for layer in profile["layers"]:
-        mem = [m for m in layer["memory"] if math.isfinite(m)]
+        mem = [m for m in layer["memory"] if m is not None]  # None: a head that does not decay
         fig.add_trace(go.Box(y=mem, name=f"layer {layer['layer']}", boxpoints="all", jitter=0.4, pointpos=0,
                              marker=dict(size=6, color="#2563eb"), line=dict(color="#64748b"), fillcolor="rgba(0,0,0,0)",
                              hovertemplate="%{y:.0f} tokens<extra></extra>", showlegend=False))

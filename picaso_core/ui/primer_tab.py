@@ -139,8 +139,7 @@ def model_view(res: Resources, text_in=DEFAULT_TEXT):
     prof["tokens"] = tokens
     rows = []
     for layer in prof["layers"]:
-        mem = torch.tensor(layer["memory"], dtype=torch.float64)
-        fin = mem[torch.isfinite(mem)]
+        fin = torch.tensor([m for m in layer["memory"] if m is not None], dtype=torch.float64)
         rows.append(f"layer {layer['layer']}: median **{fin.median():.0f}**, longest {fin.max():.0f} tokens"
                     if fin.numel() else f"layer {layer['layer']}: no decay")
     md = (f"{len(ids)} tokens read. Memory per head (tokens until the decay < {lab.DEFAULT_TOL:g}), "
