@@ -423,7 +423,8 @@ def _peak_bytes(fn: Callable, inputs: Sequence[Tensor]) -> int:
 def ssm_step(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> tuple[Tensor, Tensor]:
     """One recurrent decode step of one Mamba-2 SSM layer: h (H, P, N), x (H, P), dt (H,), A (H,),
     B, C (N,) -> y (H, P), new h. A teaching measurement of the O(1) step (the work does not depend
-    on how many tokens came before); the model's own decode runs its full forward per token."""
+    on how many tokens came before), written here to isolate one layer's SSM update from the
+    projections, conv and norms a whole model's one-token step also runs."""
     h = torch.exp(dt * A)[:, None, None] * h + (dt[:, None] * x)[..., None] * B
     return h @ C, h
 
