@@ -99,6 +99,19 @@ def run_one(name: str, args) -> dict:
     return log
 
 
+def training_flags(argv) -> str:
+    """The flags of this call that change what is trained (not --only, --threads, --objective, --data)."""
+    out, skip = [], False
+    for a in (sys.argv[1:] if argv is None else argv):
+        if skip:
+            skip = False
+        elif a in ("--only", "--threads", "--objective", "--data"):
+            skip = True
+        elif not a.startswith(("--only=", "--threads=", "--objective=", "--data=")):
+            out.append(a)
+    return "".join(" " + a for a in out)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", default="demo", help="the model fine-tuned ('demo': the bundled one)")
@@ -138,8 +151,8 @@ def main(argv=None) -> None:
 
         report = FE.evaluate_runs(args.base, {n: Path(args.work) / n for n in RUNS}, Path(args.work) / "eval",
                                   samples=args.eval_samples)
-        if not args.no_ship:
-            FE.ship(Path(args.work) / SHIPPED_RUN, SHIP_DIR, report, " ".join(["python scripts/finetune_demo.py", *(argv or sys.argv[1:])]))
+        if not args.no_ship:  # the card names the command that trains and evaluates everything
+            FE.ship(Path(args.work) / SHIPPED_RUN, SHIP_DIR, report, "python scripts/finetune_demo.py" + training_flags(argv))
 
 
 if __name__ == "__main__":

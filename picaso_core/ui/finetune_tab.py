@@ -18,7 +18,6 @@ import copy
 import json
 import queue
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,10 +63,10 @@ def intro(report: dict | None) -> str:
     if not report:
         return head + f"No shipped fine-tune found in `{SHIPPED_DIR.name}`: make it with `{SHIPPED_COMMAND}`."
     ms = report["models"]
-    g = {n: (r.get("gap") or {}).get("gap_pct") for n, r in ms.items()}
+    g = {n: (r.get("gap_own") or r.get("gap") or {}).get("gap_pct") for n, r in ms.items()}
     parts = [f"{PF.MODEL_NAMES.get(n, n)} {v:+.1f}%" for n, v in g.items() if v is not None and "qa" not in n]
-    return head + ("**Look at** how far PICASO-R sits above Concat on held-out retrieval samples (k = 5) before and "
-                   f"after: {', '.join(parts)} (the paper: BPTC brings PICASO to Concat, fig. 4).")
+    return head + ("**Look at** how far PICASO-R's loss sits above Concat's on held-out retrieval samples (their own "
+                   f"3-5 contexts) before and after: {', '.join(parts)} (the paper: BPTC brings PICASO to Concat, fig. 4).")
 
 
 def table1_frame(report: dict | None) -> pd.DataFrame:
