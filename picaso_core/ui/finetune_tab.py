@@ -78,7 +78,8 @@ def table1_frame(report: dict | None) -> pd.DataFrame:
     rows = []
     for name, r in report["models"].items():
         paper = PAPER_TABLE1[PAPER_ROW[name]]
-        rows.append([ROW_NAMES.get(name, name), *[r["table1"].get(m) for m in TABLE1_METHODS],
+        rows.append([ROW_NAMES.get(name, name), *[None if r["table1"].get(m) is None else round(r["table1"][m], 3)
+                                                  for m in TABLE1_METHODS],
                      f"{PAPER_ROW[name]}: Concat {paper['concat']:.2f}, PICASO-R {paper['picaso_r']:.2f}"])
     return pd.DataFrame(rows, columns=cols)
 
@@ -92,7 +93,7 @@ def table2_frame(report: dict | None) -> pd.DataFrame:
     rows = []
     for name, r in report["models"].items():
         sk = (r.get("skills") or {}).get("mean") or {}
-        rows.append([ROW_NAMES.get(name, name), r.get("lm_loss"),
+        rows.append([ROW_NAMES.get(name, name), None if r.get("lm_loss") is None else round(r["lm_loss"], 3),
                      *[None if str(k) not in sk else f"{100 * sk[str(k)]:.0f}%" for k in SKILL_KS]])
     return pd.DataFrame(rows, columns=cols)
 
@@ -281,7 +282,8 @@ def render(res: Resources) -> None:
                 start = gr.Button("Start", variant="primary", elem_id="ft-start")
                 stop = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
         with gr.Column(scale=2, min_width=420):
-            status = gr.Markdown("Press **Start**: 40 steps take about a minute on the demo model.", elem_id="ft-status")
+            status = gr.Markdown("Press **Start**: 40 steps take about a minute on the demo model.",
+                                 label="Live fine-tune status", elem_id="ft-status")
             curve = gr.Plot(label="Live training loss", elem_id="ft-live-curve")
             bars = gr.Plot(label="Before / after on held-out samples", elem_id="ft-compare")
     data = gr.JSON(label="Live run (history, comparison)", elem_id="ft-json")
@@ -291,6 +293,8 @@ def render(res: Resources) -> None:
         """Fine-tune a copy of the model with BPTC or BP2C for a few steps, then compare it with the original."""
         yield from run_live(res, objective, steps, k_max, lr, progress)
 
+    # preprocess=False: run_live checks the raw inputs (errors.py), so a bad one gets a message naming the fix;
+    # concurrency 2: a second caller gets the 'already running' message instead of waiting in the queue
     start.click(finetune, [objective, steps, k_max, lr], [status, curve, bars, data, py, cl], api_name="finetune",
-                concurrency_limit=2, show_progress="minimal")  # a second caller gets the 'already running' message
+                preprocess=False, concurrency_limit=2, show_progress="minimal")
     stop.click(cancel, None, status, api_name="finetune_cancel", concurrency_limit=None)
