@@ -64,7 +64,7 @@ PICASO-R minus Concat is {goal if goal is not None else '?'}% of Concat's loss t
 {own.get('bp2c-retrieval', '?')}%); with the MiniLM top-5 of the test database (the experiments protocol): base
 {top5.get('base', '?')}%, BPTC {top5.get('bptc-retrieval', '?')}%, BP2C {top5.get('bp2c-retrieval', '?')}%.
 
-Where it falls short of the issue's other targets:
+Against the issue's other targets (general ability, table 1):
 {short_md}
 
 {report.get('markdown', '')}
