@@ -120,7 +120,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--objective", choices=FT.OBJECTIVES, default=None, help="with --only train: this objective only")
     p.add_argument("--data", choices=FT.DATA_KINDS, default=None, help="with --only train: this data kind only")
     p.add_argument("--samples", type=int, default=900, help="retrieval training samples (one epoch = steps x 6)")
-    p.add_argument("--steps", type=int, default=75, help="optimizer steps of the retrieval runs (150 = one epoch of 900)")
+    p.add_argument("--steps", type=int, default=150, help="optimizer steps of the retrieval runs (150 x 6 = one epoch of 900)")
     p.add_argument("--qa-steps", type=int, default=34, help="optimizer steps of the QA runs (one epoch of 200)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=1)
