@@ -25,12 +25,15 @@ from picaso_core.config import ModelConfig
 from picaso_core.model import SSMLanguageModel
 
 DEMO_MODEL_DIR = ASSETS / "demo_model"
+# bundled models by name: the base demo model and its BPTC fine-tune (scripts/finetune_demo.py, PICASO sec. 5)
+BUNDLED = {"demo": (DEMO_MODEL_DIR, "scripts/train_demo.py"),
+           "demo-bptc": (ASSETS / "demo_model_bptc", "scripts/finetune_demo.py")}
 DEFAULT_TOKENIZER = "EleutherAI/gpt-neox-20b"
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "tokenizer.json"]
 
 
 def load_model(name_or_path: str = "demo", device=None, dtype: torch.dtype | None = None) -> SSMLanguageModel:
-    """Load a model in eval mode. `dtype` (e.g. torch.bfloat16) casts the weights; states stay float32."""
+    """Load a model in eval mode: "demo", "demo-bptc" (its BPTC fine-tune), a folder or a hub id. `dtype` (e.g. torch.bfloat16) casts the weights; states stay float32."""
     check_device(device)
     folder = resolve_model_folder(name_or_path)
     config = read_config(folder)
@@ -58,11 +61,12 @@ def check_device(device) -> None:
 
 # ---- where the files are ----------------------------------------------------------------------
 def resolve_model_folder(name_or_path: str) -> Path:
-    if name_or_path == "demo":
-        if not (DEMO_MODEL_DIR / "config.json").exists():
-            raise FileNotFoundError(f"the bundled demo model is missing from {DEMO_MODEL_DIR}; "
-                                    "regenerate it with `python scripts/train_demo.py`")
-        return DEMO_MODEL_DIR
+    if name_or_path in BUNDLED:
+        folder, script = BUNDLED[name_or_path]
+        if not (folder / "config.json").exists():
+            raise FileNotFoundError(f"the bundled model {name_or_path!r} is missing from {folder}; "
+                                    f"regenerate it with `python {script}`")
+        return folder
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path

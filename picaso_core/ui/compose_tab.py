@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, id_list, text, whole_number
+from picaso_core.ui.finetune_tab import SHIPPED_DIR as FINETUNED_DIR
 from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
@@ -32,7 +33,8 @@ K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate bey
 MAX_NEW_TOKENS = 64
 EXAMPLES_SHOWN = 300  # corpus examples offered in the picker
 ENDPOINT = "/compose"
-DEFAULTS = dict(k=5, contexts=[], most_relevant_last=True, max_new_tokens=24, example=None)  # the API's defaults
+DEFAULTS = dict(k=5, contexts=[], most_relevant_last=True, max_new_tokens=24, example=None, model="base")  # the API's defaults
+MODELS = (("base model", "base"), ("fine-tuned (BPTC)", "bptc"))  # model choice (issue #22, finetune_tab)
 # Requests served at once (gradio's per-event concurrency_limit; PICASO_COMPOSE_CONCURRENCY overrides).
 # 2 lets a light request start while a heavy one runs; the model is shared read-only (forward and
 # generate keep no state on the module; the store's ensure is locked; the Rust tokenizer's encode
@@ -306,10 +308,18 @@ def compose(
     example: str | None = None,
     history: list[dict] | None = None,
     progress=lambda *a, **kw: None,
+    model: str = "base",
 ):
     """The /compose handler: every output of the tab, ready for its components, in OUTPUTS order:
     order, summary, table, plot, generations, runs, results (plain data), the two code snippets,
-    then this session's history (gr.State, not part of the API)."""
+    then this session's history (gr.State, not part of the API). model: "base" or "bptc" (the
+    bundled BPTC fine-tune, with its own state store)."""
+    if model not in dict(MODELS).values():
+        raise bad_input(f"model must be 'base' or 'bptc' (the fine-tuned demo model), got {_clip(repr(model), 40)}", ENDPOINT)
+    if model == "bptc":
+        from picaso_core.ui.finetune_tab import tuned_resources
+
+        res = tuned_resources(res)
     ctxs, results, scored = run_compose(
         res, query, continuation, k, contexts, most_relevant_last, max_new_tokens, example, progress
     )
@@ -318,7 +328,7 @@ def compose(
     picked = bool(contexts)
     run = dict(query=query, continuation=continuation or "", k=DEFAULTS["k"] if picked else len(ctxs),
                contexts=[c.cid for c in ctxs] if picked else [], most_relevant_last=most_relevant_last,
-               max_new_tokens=int(float(max_new_tokens)), example=example or None)
+               max_new_tokens=int(float(max_new_tokens)), example=example or None, model=model)
     return (
         contexts_html(ctxs),
         summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query))),
@@ -433,6 +443,9 @@ def render(res: Resources) -> None:
                 picked = gr.Dropdown(context_choices(res), value=[], multiselect=True, label="Contexts, in order",
                                      info="when set, used instead of retrieval, in the order picked")
             max_new_tokens = gr.Slider(0, MAX_NEW_TOKENS, value=24, step=1, label="Tokens to generate per method")
+            model_choice = gr.Radio(list(MODELS), value="base", label="Model", elem_id="compose-model",
+                                    info="the bundled BPTC fine-tune learned to use composed states (Fine-tuning tab)",
+                                    visible=res.model_name == "demo" and (FINETUNED_DIR / "config.json").is_file())
             run = gr.Button("Compose & compare", variant="primary", elem_id="compose-run")
         with gr.Column(scale=3, min_width=420):
             gr.Markdown("#### Composition order")
@@ -456,17 +469,17 @@ def render(res: Resources) -> None:
     history = gr.State([])
 
     def compose_endpoint(query, continuation, k, contexts, most_relevant_last, max_new_tokens,
-                         example=None, history=None, progress=gr.Progress()):
+                         example=None, history=None, model="base", progress=gr.Progress()):
         """Compose the retrieved (or given) contexts' states with every method and compare them."""
         return compose(res, query, continuation, k, contexts, most_relevant_last, max_new_tokens,
-                       example, history, progress)
+                       example, history, progress, model)
 
     # filling two text boxes is instant: no queue slot to wait for
     example.change(lambda sid: pick_example(res, sid), example, [query, continuation], api_visibility="private",
                    concurrency_limit=None)
     gr.on(
         [run.click, query.submit], compose_endpoint,
-        [query, continuation, k, picked, most_relevant_last, max_new_tokens, example, history],
+        [query, continuation, k, picked, most_relevant_last, max_new_tokens, example, history, model_choice],
         [order, summary, table, plot, gens, history_table, data, py_code, client_code, history],
         api_name="compose", preprocess=False, concurrency_limit=CONCURRENCY,
     )

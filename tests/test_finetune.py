@@ -1,0 +1,140 @@
+"""BPTC / BP2C fine-tuning (picaso_core/finetune.py, PICASO sec. 5): where the gradient goes, that
+training lowers the loss, exact checkpoint resume, and bad input."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from picaso_core import finetune as FT
+from picaso_core.data import Corpus, RetrievalSample
+from picaso_core.loading import load_model
+from tests.conftest import tiny_model
+
+CONTEXT_ONLY = list(range(200, 220))  # token ids that occur in contexts and nowhere else
+
+
+def _examples(n: int = 6, seed: int = 0) -> list[FT.Example]:
+    """Tiny examples: the continuation repeats a context token so that reading the contexts helps."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        contexts = [[rng.choice(CONTEXT_ONLY) for _ in range(rng.randint(3, 9))] for _ in range(rng.randint(2, 4))]
+        out.append(FT.Example(query=[rng.randint(10, 60) for _ in range(5)],
+                              continuation=[rng.randint(10, 60) for _ in range(4)], contexts=contexts))
+    return out
+
+
+def _grad_rows(objective: str, method: str) -> tuple[torch.Tensor, torch.Tensor]:
+    model = tiny_model("Mamba2", seed=3, tie_embeddings=False)  # untied: the head does not touch the embedding
+    model.train()
+    batch = [(e.query, e.continuation, e.contexts) for e in _examples()]
+    loss, _ = FT.CompositionObjective(model, objective, method)(batch)
+    loss.backward()
+    g = model.backbone.embedding.weight.grad
+    query_rows = sorted({t for e in _examples() for t in e.query})
+    return g[CONTEXT_ONLY].abs().sum(1), g[query_rows].abs().sum(1)
+
+
+@pytest.mark.parametrize("method", FT.COMPOSE_METHODS)
+def test_bptc_gradient_reaches_context_only_embeddings_and_bp2c_does_not(method):
+    ctx, query = _grad_rows("bptc", method)
+    assert (ctx > 0).sum() >= len(CONTEXT_ONLY) // 2, "BPTC: no gradient through the context encoding"
+    ctx2, query2 = _grad_rows("bp2c", method)
+    assert torch.count_nonzero(ctx2) == 0, "BP2C must stop the gradient at the composed state"
+    assert (query2 > 0).all() and (query > 0).all()  # both train the query path
+
+
+def test_composed_states_match_encoding_each_context_alone():
+    model = tiny_model("Mamba2", seed=4)
+    ex = _examples(3)
+    got = FT.composed_states(model, [e.contexts for e in ex], "picaso_r", grad=False)
+    from picaso_core.compose import compose
+
+    for i, e in enumerate(ex):
+        want = compose("picaso_r", [model.encode_context(c) for c in e.contexts])
+        torch.testing.assert_close(got[i].ssm, want.ssm, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got[i].conv, want.conv, rtol=1e-4, atol=1e-5)
+    # and the batched continuation NLL equals the engine's continuation_loss
+    nll = FT.continuation_nll(model, [e.query for e in ex], [e.continuation for e in ex], got)
+    for i, e in enumerate(ex):
+        assert abs(float(nll[i].detach()) - model.continuation_loss(e.query, e.continuation, got[i])) < 1e-4
+
+
+def _loss_on(model, examples, objective="bptc") -> float:
+    with torch.no_grad():
+        return float(FT.CompositionObjective(model, objective)([(e.query, e.continuation, e.contexts[::-1])
+                                                                for e in examples])[0])
+
+
+@pytest.mark.parametrize("objective", FT.OBJECTIVES)
+def test_a_few_steps_lower_the_training_loss(objective):
+    model = tiny_model("Mamba2", seed=5)
+    ex = _examples(6)
+    before = _loss_on(model, ex)
+    cfg = FT.FinetuneConfig(objective=objective, data="qa", max_steps=12, batch_size=3, lm_share=0.0, lr=1e-2,
+                            warmup=1, seed=0)
+    res = FT.train(model, ex, cfg, progress=False)
+    assert res.steps == 12 and len(res.history) == 12
+    assert _loss_on(model, ex) < before - 0.1
+
+
+def _lm_docs():
+    rng = random.Random(1)
+    return [[rng.randint(1, 100) for _ in range(rng.randint(5, 20))] for _ in range(8)]
+
+
+def test_checkpoint_round_trips_and_resumes_to_the_same_next_step(tmp_path, tokenizer_json):
+    from picaso_core.tokenizer import Tokenizer
+
+    def fresh():
+        m = tiny_model("Mamba2", seed=6)
+        m.tokenizer = Tokenizer.from_file(tokenizer_json)
+        return m
+
+    ex = _examples(8)
+    cfg = FT.FinetuneConfig(objective="bptc", data="retrieval", k_max=3, max_steps=5, batch_size=4, lm_share=0.25,
+                            grad_accum=2, lr=5e-3, warmup=2, save_every=2, seed=7)
+    full = FT.train(fresh(), ex, cfg, lm_docs=_lm_docs(), progress=False)
+
+    cut = fresh()
+    part = FT.train(cut, ex, cfg, out_dir=tmp_path / "run", lm_docs=_lm_docs(), progress=False,
+                    should_stop=lambda: len(stopper) > 1, callback=lambda rec, n: stopper.append(rec)) \
+        if (stopper := []) == [] else None
+    assert part.cancelled and part.steps == 2
+    ckpt = tmp_path / "run" / "checkpoint-00002"
+    for f in ("config.json", "model.safetensors", "tokenizer.json", FT.STATE_FILE):
+        assert (ckpt / f).is_file()
+    loaded = load_model(ckpt)  # the bundled model's layout: load_model reads it as it is
+    for k, v in cut.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[k], v, rtol=0, atol=0)
+
+    resumed = FT.train(fresh(), ex, cfg, resume_from=ckpt, lm_docs=_lm_docs(), progress=False)
+    assert [h["step"] for h in resumed.history] == [1, 2, 3, 4, 5]
+    for a, b in zip(full.history, resumed.history):
+        assert abs(a["loss"] - b["loss"]) < 1e-6, (a, b)
+        assert a["k"] == b["k"]
+
+
+def test_bad_input_names_the_fix():
+    model = tiny_model("Mamba2", seed=0)
+    for kw, match in [(dict(k_max=-1), "k_max"), (dict(k_max=FT.K_LIMIT + 1), "k_max"),
+                      (dict(objective="bptt"), "objective.*bptc"), (dict(method="soup"), "picaso_r"),
+                      (dict(data="wiki"), "retrieval"), (dict(lm_share=1.0), "lm_share"),
+                      (dict(batch_size=1, lm_share=0.9), "batch_size")]:
+        with pytest.raises(ValueError, match=match):
+            FT.FinetuneConfig(**kw).check()
+        with pytest.raises(ValueError, match=match):
+            FT.train(model, _examples(2), FT.FinetuneConfig(**kw), progress=False)
+    with pytest.raises(ValueError, match="no training examples"):
+        FT.train(model, [], FT.FinetuneConfig(lm_share=0), progress=False)
+    with pytest.raises(ValueError, match="objective"):
+        FT.CompositionObjective(model, "sgd")
+    with pytest.raises(ValueError, match="not a fine-tuning checkpoint"):
+        FT.train(model, _examples(2), FT.FinetuneConfig(lm_share=0), resume_from="/nonexistent", progress=False)
+    s = RetrievalSample("a", "q", " c", [("x", "chunk text")])
+    with pytest.raises(ValueError, match="disjoint"):
+        FT.check_disjoint(Corpus("t", "train", [s], {"x": "chunk text"}),
+                          [Corpus("e", "test", [RetrievalSample("b", "q", " c")], {"y": "chunk text"})])
