@@ -67,14 +67,14 @@ def check_inputs(task, seq_len, trigger_len, target_len, noise_len, n, d, steps,
     if task not in TASKS:
         raise bad_input(f"task must be one of {', '.join(TASKS)}, got {task!r}", endpoint)
     out = dict(task=task, seq_len=whole_number("L_seq", seq_len, 4, 256, endpoint),
-               trigger_len=whole_number("L_tri", trigger_len, 1, 8, endpoint),
-               target_len=whole_number("L_tar", target_len, 1, 8, endpoint),
-               noise_len=whole_number("noise length", noise_len, 0, 8, endpoint),
+               trigger_len=whole_number("L_tri", trigger_len, 1, 256, endpoint),
+               target_len=whole_number("L_tar", target_len, 1, 256, endpoint),
+               noise_len=whole_number("noise length", noise_len, 0, 256, endpoint),
                n=whole_number("n", n, 1, 32, endpoint), d=whole_number("D", d, 2, 64, endpoint),
                steps=whole_number("steps", steps, 1, MAX_STEPS, endpoint),
                seed=whole_number("seed", seed, 0, 2**31 - 1, endpoint))
     out["max_seconds"] = float(whole_number("seconds", seconds, 1, MAX_SECONDS, endpoint))
-    if task == "ih":
+    if task == "ih":  # IHTask says what is wrong with the lengths (appendix D's L_seq - 2 L_tri - L_tar >= 1)
         try:
             IHTask(out["seq_len"], out["trigger_len"], out["target_len"], out["noise_len"])
         except ValueError as e:
