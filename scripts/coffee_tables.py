@@ -25,6 +25,7 @@ IH = "--task ih --batch 128 --steps 20000 --eval-every 200 --eval-size 10000 --s
 ROWS = {
     "t1_coffee": f"{IH} --model coffee --max-seconds 180",
     "t1_s6": f"{IH} --model s6 --max-seconds 180",
+    "t1_coffee_099": f"{IH} --model coffee",   # no time cap: the steps COFFEE needs to reach 0.99
     "t2_coffee": f"{IH} --model coffee --n 1 --d 9 --variant minimal --max-seconds 180",
     "t3_noise1": f"{IH} --model coffee --noise-len 1 --max-seconds 120",
     "t3_noise2": f"{IH} --model coffee --noise-len 2 --max-seconds 120",
@@ -38,16 +39,17 @@ ROWS = {
 
 
 def run(keys: list[str]) -> dict:
-    results = json.loads(OUT.read_text()) if OUT.exists() else {}
     for key in keys:
         args = ROWS[key].split()
         print(f"== {key}: python -m picaso_core.lab.coffee {ROWS[key]}", flush=True)
         out = main(args)
         out["command"] = f"python -m picaso_core.lab.coffee {ROWS[key]}"
+        # re-read before writing: two queues of rows may run side by side
+        results = json.loads(OUT.read_text()) if OUT.exists() else {}
         results[key] = out
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(results, indent=1))
-    return results
+    return json.loads(OUT.read_text())
 
 
 if __name__ == "__main__":

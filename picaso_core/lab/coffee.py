@@ -73,8 +73,9 @@ class S6(nn.Module):
         bu = (abar - 1) / lam * bk[:, :, None, :] * u[..., None]    # A^-1 (e^{A Delta} - I) B(k) u_i(k)
         return abar, bu, u @ self.w_c.T
 
-    def forward(self, u: torch.Tensor, fast: bool = True):
-        """u (b, l, D) -> (y (b, l, D), X (b, l, D, n)); X[:, -1] is the state after the sequence."""
+    def forward(self, u: torch.Tensor, fast: bool = True, tail: int | None = None):
+        """u (b, l, D) -> (y (b, l, D), X (b, l, D, n)); X[:, -1] is the state after the sequence.
+        tail: compute y for the last `tail` steps only (y (b, tail, D)), all a loss at the end needs."""
         abar, bu, ck = self.coefficients(u)
         if fast:
             X = linear_scan(abar, bu)
@@ -84,7 +85,8 @@ class S6(nn.Module):
                 x = abar[:, k] * x + bu[:, k]
                 xs.append(x)
             X = torch.stack(xs, 1)
-        return (X * ck[:, :, None, :]).sum(-1), X
+        t = -(tail or X.shape[1])
+        return (X[:, t:] * ck[:, t:, None, :]).sum(-1), X
 
     def project_(self) -> None:
         """Nothing to project: lambda = -exp(mu) is negative by construction."""
@@ -175,18 +177,18 @@ class Coffee(nn.Module):
         # Remark 3 gives no init; zeros start every gamma at 1/2, the filter's neutral point
         self.wg = nn.Parameter(torch.zeros(d, n)) if output_filter else None
 
-    def forward(self, u: torch.Tensor, fast: bool = True):
-        """u (b, l, D) -> (y (b, l, D), X (b, l, D, n))."""
+    def forward(self, u: torch.Tensor, fast: bool = True, tail: int | None = None):
+        """u (b, l, D) -> (y (b, l, D), X (b, l, D, n)); tail as in S6.forward."""
         n = self.lam.shape[1]
         v = u[..., None].expand(*u.shape, n) if self.b is None else u[..., None] * self.b   # (b, l, D, n)
         # the constraint is kept by project_() after each optimiser step; the clamp here also covers
         # a model whose parameters were set by hand
         X = coffee_scan(v, self.lam.clamp(LAMBDA_MIN, LAMBDA_MAX), self.wd, fast=fast)
-        c = self.c
+        Xo = X[:, -(tail or X.shape[1]):]
         if self.wg is not None:
-            gamma = torch.sigmoid((X * self.wg).sum(-1, keepdim=True))    # (b, l, D, 1), Remark 3
-            return (X * c * gamma).sum(-1), X
-        return (X * c).sum(-1), X
+            gamma = torch.sigmoid((Xo * self.wg).sum(-1, keepdim=True))    # (b, l, D, 1), Remark 3
+            return (Xo * self.c * gamma).sum(-1), X
+        return (Xo * self.c).sum(-1), X
 
     @torch.no_grad()
     def project_(self) -> None:
@@ -238,9 +240,10 @@ class IHModel(nn.Module):
     def embedding(self) -> torch.Tensor:
         return torch.cat([self.emb0, self.emb_rest]) if self.fixed else self.emb
 
-    def forward(self, tokens: torch.Tensor, fast: bool = True):
-        """tokens (b, l) -> (y (b, l, D), X (b, l, D, n)); logits at chosen positions by `logits`."""
-        return self.layer(self.embedding()[tokens], fast=fast)
+    def forward(self, tokens: torch.Tensor, fast: bool = True, tail: int | None = None):
+        """tokens (b, l) -> (y (b, l, D), X (b, l, D, n)); logits at chosen positions by `logits`;
+        tail: y for the last `tail` positions only."""
+        return self.layer(self.embedding()[tokens], fast=fast, tail=tail)
 
     def logits(self, y: torch.Tensor) -> torch.Tensor:
         return softmin_logits(y, self.embedding())
@@ -278,7 +281,7 @@ class DigitsModel(nn.Module):
         """img (b, H, W) with H = W = D -> class logits (b, classes)."""
         cols = img.transpose(1, 2)
         views = (img, cols, img.flip(1), cols.flip(1))
-        last = [layer(v, fast=fast)[0][:, -1] for layer, v in zip(self.layers, views)]   # 4 x (b, D)
+        last = [layer(v, fast=fast, tail=1)[0][:, -1] for layer, v in zip(self.layers, views)]   # 4 x (b, D)
         return self.head(torch.cat(last, -1))
 
     def project_(self) -> None:

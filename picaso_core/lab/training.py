@@ -130,9 +130,9 @@ class Run:
         if self.cfg.task == "digits":
             logits = self.model(inputs, fast=fast)
             return F.cross_entropy(logits, targets), (logits.argmax(-1) == targets).float().mean()
-        y, _ = self.model(inputs, fast=fast)
         targets = targets.reshape(len(inputs), -1)
-        logits = self.model.logits(y[:, -targets.shape[1]:])               # (b, L_tar, m)
+        y, _ = self.model(inputs, fast=fast, tail=targets.shape[1])
+        logits = self.model.logits(y)                                      # (b, L_tar, m)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return loss, (logits.argmax(-1) == targets).all(-1).float().mean()
 
@@ -228,6 +228,8 @@ def ih0_trajectories(model: IHModel, grid: int = 61) -> dict:
     emb = model.embedding()
     pts = torch.cat([outputs.flatten(0, 1), emb])
     lo, hi = pts.min(0).values - 2, pts.max(0).values + 2
+    mid, half = (lo + hi) / 2, (hi - lo).max() / 2      # a square grid: the figure keeps x and y to scale
+    lo, hi = mid - half, mid + half
     xs, ys = torch.linspace(lo[0], hi[0], grid), torch.linspace(lo[1], hi[1], grid)
     gy, gx = torch.meshgrid(ys, xs, indexing="ij")
     region = torch.cdist(torch.stack([gx, gy], -1).reshape(-1, 2), emb).argmin(-1).reshape(grid, grid)

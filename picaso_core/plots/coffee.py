@@ -13,7 +13,7 @@ SEQ_COLORS = ["#1d4ed8", "#0891b2", "#7c3aed", "#0f766e", "#dc2626", "#ea580c", 
 
 
 def curves_figure(histories: dict[str, list[dict]], metric: str = "accuracy", paper: dict | None = None,
-                  title: str | None = None, height: int = 340) -> go.Figure:
+                  title: str | None = None, height: int = 380) -> go.Figure:
     """Validation `metric` ('accuracy' or 'loss') against training step, one line per model.
 
     histories: model -> records of train_iter; paper: model -> the paper's value (a dashed line)."""
@@ -30,12 +30,12 @@ def curves_figure(histories: dict[str, list[dict]], metric: str = "accuracy", pa
             hovertemplate=f"{NAMES[model]}<br>step %{{x}}<br>{metric} %{{y:.3f}}<br>%{{customdata:.1f}} s training<extra></extra>"))
     for model, value in (paper or {}).items():
         fig.add_hline(y=value, line=dict(color=COLORS[model], dash="dash", width=1.5),
-                      annotation_text=f"paper {NAMES[model]} {value:g}", annotation_position="top left",
+                      annotation_text=f"paper {NAMES[model]} {value:g}", annotation_position="bottom right",
                       annotation_font=dict(color=COLORS[model], size=11))
     yaxis = dict(title=metric, range=[0, 1.02]) if metric == "accuracy" else dict(title="cross-entropy", rangemode="tozero")
     fig.update_layout(title=title or f"Validation {metric}", xaxis_title="training step", yaxis=yaxis,
-                      height=height, margin=dict(l=55, r=15, t=45, b=45), template="plotly_white",
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"))
+                      height=height, margin=dict(l=55, r=15, t=45, b=95), template="plotly_white",
+                      legend=dict(orientation="h", yanchor="top", y=-0.25, x=0, xanchor="left"))
     return fig
 
 
@@ -46,7 +46,6 @@ def ih0_figure(t: dict, height: int = 540) -> go.Figure:
     g = t["grid"]
     syms = t["symbols"]
     z = [[syms.index(s) for s in row] for row in g["region"]]
-    scale = [[i / len(syms), REGION_COLORS[i]] for i in range(len(syms))] + [[1.0, REGION_COLORS[len(syms) - 1]]]
     scale = [[(i + f) / len(syms), REGION_COLORS[i]] for i in range(len(syms)) for f in (0, 1)]
     background = go.Heatmap(x=g["xs"], y=g["ys"], z=z, zmin=0, zmax=len(syms) - 1, colorscale=scale, showscale=False,
                             opacity=0.55, hoverinfo="skip")
@@ -78,7 +77,8 @@ def ih0_figure(t: dict, height: int = 540) -> go.Figure:
              for k in range(n_steps)]
     fig.update_layout(
         title=f"IH0 state trajectories, accuracy {t['accuracy']:.0%} (colours: the output region of each embedding)",
-        xaxis=dict(title="z₁ = x⁽⁰⁾", zeroline=True), yaxis=dict(title="z₂ = x⁽¹⁾", scaleanchor="x", zeroline=True),
+        xaxis=dict(title="z₁ = x⁽⁰⁾", zeroline=True, range=[g["xs"][0], g["xs"][-1]], constrain="domain"),
+        yaxis=dict(title="z₂ = x⁽¹⁾", zeroline=True, range=[g["ys"][0], g["ys"][-1]], scaleanchor="x", constrain="domain"),
         height=height, margin=dict(l=55, r=15, t=50, b=40), template="plotly_white",
         legend=dict(title="sequence → output"),
         updatemenus=[dict(type="buttons", showactive=False, x=0.0, y=-0.12, xanchor="left", yanchor="top",
