@@ -1,7 +1,7 @@
 """Run every paper-vs-ours row of the COFFEE lab (README "COFFEE lab", tables 1-7) through the CLI
 and write assets/coffee/results.json (read by the app's COFFEE lab tab) and a markdown table.
 
-    python scripts/coffee_tables.py                 # all rows, one after the other (~30 min on 2 cores)
+    python scripts/coffee_tables.py                 # all rows, one after the other (about an hour of training on 2 shared cores)
     python scripts/coffee_tables.py t1_coffee t1_s6  # some rows
 
 Each row is one `python -m picaso_core.lab.coffee ...` command (printed beside its result); runs are
@@ -26,12 +26,12 @@ ROWS = {
     "t1_coffee": f"{IH} --model coffee --max-seconds 180",
     "t1_s6": f"{IH} --model s6 --max-seconds 180",
     "t1_coffee_099": f"{IH} --model coffee",   # no time cap: the steps COFFEE needs to reach 0.99
-    "t2_coffee": f"{IH} --model coffee --n 1 --d 9 --variant minimal --max-seconds 180",
-    "t3_noise1": f"{IH} --model coffee --noise-len 1 --max-seconds 120",
-    "t3_noise2": f"{IH} --model coffee --noise-len 2 --max-seconds 120",
-    "t4_coffee": f"{IH} --model coffee --target-len 2 --max-seconds 120",
-    "t5_coffee": f"{IH} --model coffee --trigger-len 2 --max-seconds 120",
-    "t6_32": f"{IH} --model coffee --seq-len 32 --max-seconds 120",
+    "t2_coffee": f"{IH} --model coffee --n 1 --d 9 --variant minimal --max-seconds 600",
+    "t3_noise1": f"{IH} --model coffee --noise-len 1 --max-seconds 420",
+    "t3_noise2": f"{IH} --model coffee --noise-len 2 --max-seconds 420",
+    "t4_coffee": f"{IH} --model coffee --target-len 2 --max-seconds 420",
+    "t5_coffee": f"{IH} --model coffee --trigger-len 2 --max-seconds 300",
+    "t6_32": f"{IH} --model coffee --seq-len 32 --max-seconds 420",
     "t6_64": f"{IH} --model coffee --seq-len 64 --max-seconds 120",
     "t7_s6": "--task digits --model s6 --n 2 --batch 64 --steps 3000 --eval-every 100 --lr 0.01 --max-seconds 120",
     "t7_coffee": "--task digits --model coffee --n 2 --batch 64 --steps 3000 --eval-every 100 --lr 0.01 --max-seconds 120",
