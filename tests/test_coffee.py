@@ -181,7 +181,7 @@ def test_cli_prints_progress_and_a_json_last_line():
     assert out["task"] == "ih" and out["model"] == "coffee" and out["params"] == 784 and out["step"] == 20
     assert out["config"]["seq_len"] == 16 and out["config"]["n"] == 8 and out["config"]["d"] == 16
     assert "20/20" in p.stderr   # the progress bar
-    bad = subprocess.run(cmd[:5] + ["s6", "--steps", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(cmd[:6] + ["s6", "--steps", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "steps must be a positive" in bad.stderr and bad.stdout == ""
 
 
