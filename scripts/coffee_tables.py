@@ -26,6 +26,7 @@ ROWS = {
     "t1_coffee": f"{IH} --model coffee --max-seconds 180",
     "t1_s6": f"{IH} --model s6 --max-seconds 180",
     "t1_coffee_099": f"{IH} --model coffee",   # no time cap: the steps COFFEE needs to reach 0.99
+    "t1_s6_5400": "--task ih --batch 128 --steps 5400 --eval-every 200 --eval-size 10000 --model s6",  # COFFEE's steps to 0.99
     "t2_coffee": f"{IH} --model coffee --n 1 --d 9 --variant minimal --max-seconds 600",
     "t3_noise1": f"{IH} --model coffee --noise-len 1 --max-seconds 420",
     "t3_noise2": f"{IH} --model coffee --noise-len 2 --max-seconds 420",
@@ -35,6 +36,8 @@ ROWS = {
     "t6_64": f"{IH} --model coffee --seq-len 64 --max-seconds 120",
     "t7_s6": "--task digits --model s6 --n 2 --batch 64 --steps 3000 --eval-every 100 --lr 0.01 --max-seconds 120",
     "t7_coffee": "--task digits --model coffee --n 2 --batch 64 --steps 3000 --eval-every 100 --lr 0.01 --max-seconds 120",
+    "t7_coffee_filter": "--task digits --model coffee --n 2 --output-filter --batch 64 --steps 3000 --eval-every 100 --lr 0.01 --max-seconds 120",
+    "t7_s6_16": "--task digits --model s6 --n 16 --batch 64 --steps 3000 --eval-every 100 --lr 0.01 --max-seconds 120",
 }
 
 

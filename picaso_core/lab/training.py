@@ -196,15 +196,20 @@ def train_iter(cfg: LabConfig, run: Run | None = None):
             reached = cfg.stop_accuracy is not None and acc >= cfg.stop_accuracy
             done = last or timed_out or reached
             reason = "accuracy" if reached else "time" if timed_out else "steps"
+            extra = {"stopped_by": reason} if done else {}
+            if done and cfg.task == "digits":  # table 7 reports the held-out test split
+                extra["test_loss"], extra["test_accuracy"] = run.evaluate("test")
             yield {**base, "step": step, "loss": loss, "accuracy": acc, "train_loss": train_loss,
-                   "seconds": trained, "done": done, **({"stopped_by": reason} if done else {})}
+                   "seconds": trained, "done": done, **extra}
             if done:
                 return
 
 
 def summary(cfg: LabConfig, record: dict) -> dict:
-    """The CLI's final JSON object."""
-    keep = ("task", "model", "loss", "accuracy", "params", "seconds", "step", "stopped_by", "source")
+    """The CLI's final JSON object: loss and accuracy on the validation set (IH: fresh sequences from
+    an independent generator, G.1); the digits add the test split's."""
+    keep = ("task", "model", "loss", "accuracy", "params", "seconds", "step", "stopped_by", "source",
+            "test_loss", "test_accuracy")
     out = {k: record[k] for k in keep if k in record}
     out["seconds"] = round(out["seconds"], 2)
     out["config"] = {k: v for k, v in asdict(cfg).items() if k not in ("task", "model")}
