@@ -34,9 +34,13 @@ def test_one_run_per_session_and_cancel_frees_it():
         next(coffee_tab.train_live("ih0", 4, 1, 1, 0, 1, 2, steps=10, seconds=5, seed=0, session="s"))
     other = list(coffee_tab.train_live("ih0", 4, 1, 1, 0, 1, 2, steps=10, seconds=5, seed=0, session="t"))
     assert other[-1][4]["done"]
-    first.close()   # what a Stop (cancel) does to the generator
+    first.close()   # a cancelled generator, once collected
     assert "s" not in coffee_tab._running
+    again = coffee_tab.train_live("ih0", 4, 1, 1, 0, 1, 2, steps=5000, seconds=60, seed=0, session="s")
+    next(again)
+    coffee_tab.stop_run("s")   # Stop frees the session at once; the lingering run ends at its next turn
     assert list(coffee_tab.train_live("ih0", 4, 1, 1, 0, 1, 2, steps=10, seconds=5, seed=0, session="s"))
+    assert list(again) == [] and "s" not in coffee_tab._running
 
 
 @pytest.mark.parametrize("args,match", [
@@ -65,7 +69,7 @@ def test_ih0_learns_and_animates():
 def test_paper_table_lists_every_table():
     df = coffee_tab.paper_table()
     assert set(df["Table"]) == {"1", "2", "3", "4", "5", "6", "7"}
-    assert list(df["Parameters (paper)"][:3]) == [784, 784, 99]
+    assert list(df["Parameters (paper)"][:2]) == [784, 784] and 99 in set(df["Parameters (paper)"])
 
 
 def test_coffee_endpoints_through_gradio_client(app_url):  # noqa: F811

@@ -13,6 +13,7 @@ training in all) and streams the curves; Stop cancels it; one run per browser se
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from pathlib import Path
@@ -34,7 +35,8 @@ LIVE_LR = {"coffee": 0.02, "s6": 0.003}
 CHUNK = 50               # steps per model between two updates of the curves
 EVAL_SIZE = 1000
 MAX_STEPS, MAX_SECONDS = 20000, 300
-_running: set[str] = set()     # session hashes with a training run in flight: one run per user
+_running: dict[str, int] = {}  # session hash -> id of its run in flight: one run per user
+_run_ids = itertools.count(1)
 _lock = threading.Lock()
 EXPLAIN = (
     "**S6** (Mamba's layer) picks what to remember from the **current token**: Δ(k) = softplus(W_D u(k)). "
@@ -119,7 +121,9 @@ def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, 
     with _lock:
         if session and session in _running:
             raise bad_input("a run is already training in this session: stop it first", "/coffee_train")
-        _running.add(session)
+        me = next(_run_ids)
+        if session:
+            _running[session] = me
     threads = torch.get_num_threads()
     # one thread for these tiny tensors: two threads on a busy CPU were 10x slower (bench/coffee_speed.py);
     # set in this worker thread only and restored after (torch keeps the setting per thread)
@@ -135,6 +139,8 @@ def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, 
         py, cl = snippets(args)
         paper = paper_lines(args)
         while True:
+            if session and _running.get(session) != me:  # stopped (stop_run): a cancelled generator may linger
+                return
             budget_left = args["max_seconds"] - sum(trained.values())
             if budget_left <= 0 or all(r.steps_done >= args["steps"] for r in runs.values()):
                 break
@@ -150,7 +156,15 @@ def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, 
     finally:
         torch.set_num_threads(threads)
         with _lock:
-            _running.discard(session)
+            if _running.get(session) == me:
+                del _running[session]
+
+
+def stop_run(session: str) -> None:
+    """Stop's handler: free the session at once (gradio cancels the streaming event; the generator it
+    leaves suspended ends at its next turn or when collected)."""
+    with _lock:
+        _running.pop(session, None)
 
 
 def _record(run, step: int, loss: float, acc: float, seconds: float) -> dict:
@@ -297,7 +311,10 @@ def render(res: Resources | None = None) -> None:
     ins = [task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed]
     ev = run.click(coffee_train, ins, [loss_plot, acc_plot, status, table, data, py, cl], api_name="coffee_train",
                    preprocess=False, concurrency_limit=2, concurrency_id="coffee-train", show_progress="minimal")
-    stop.click(None, None, None, cancels=[ev], api_visibility="private")
+    def coffee_stop(request: gr.Request):
+        stop_run(getattr(request, "session_hash", "") or "")
+
+    stop.click(coffee_stop, None, None, cancels=[ev], api_visibility="private", concurrency_limit=None)
     ih0_btn.click(coffee_ih0, [ih0_steps, ih0_train], [ih0_plot, ih0_md, ih0_data], api_name="coffee_ih0",
                   preprocess=False, concurrency_limit=2, concurrency_id="coffee-ih0")
     gr.on(None, lambda: coffee_ih0(200, "embedding"), None, [ih0_plot, ih0_md, ih0_data], api_visibility="private")
