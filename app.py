@@ -22,12 +22,12 @@ import os
 
 import gradio as gr
 
-from picaso_core.ui import (attribution_tab, benchmarks_tab, compose_tab, finetune_tab, landscape_tab, primer_tab,
-                            soup_tab)
+from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose_tab, finetune_tab, landscape_tab,
+                            primer_tab, soup_tab)
 from picaso_core.ui.layout import CSS, THEME, header
 from picaso_core.ui.resources import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, Resources, load_resources
 
-TABS = (compose_tab, soup_tab, landscape_tab, attribution_tab, benchmarks_tab, finetune_tab, primer_tab)
+TABS = (compose_tab, soup_tab, landscape_tab, attribution_tab, benchmarks_tab, finetune_tab, primer_tab, coffee_tab)
 
 
 def build_app(res: Resources) -> gr.Blocks:

@@ -1,0 +1,196 @@
+"""The COFFEE paper's tasks: the induction head (IH, appendix D) and its variants (tables 1-6), the
+IH0 toy of sec. 5 / appendix F, and the digits of table 7 (appendix H) as pixel sequences.
+
+IH sequences (appendix D, sec. 4.1) over V = {1..vocab}:
+
+    noise 1 || trigger || [noise, noise_len] || target || noise 2 || trigger || 0 * (target_len - 1)
+
+The trigger is fixed for the task (Remark 4, drawn from V by the task's seed), occurs exactly twice;
+noise and target never contain it; the position of the first trigger is uniform; the padding of
+Remark 5 (symbol 0) lets the model emit a target longer than one symbol. The model's vocabulary M is
+{0, 1, .., vocab + 1}: the paper's parameter counts (784 = 3nD + D^2 + |M|D for S6 at n = 8, D = 16;
+99 = 3nD + (|M| - 1)D for COFFEE at n = 1, D = 9) both give |M| = 9 for |V| = 7, one symbol more than
+V and the padding; that symbol (vocab + 1) is never generated.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import torch
+
+MAX_VOCAB = 7  # appendix D: V = {1, .., 7}
+
+
+@dataclass(frozen=True)
+class IHTask:
+    """One induction-head setting. Table 1's is the default."""
+
+    seq_len: int = 16      # L_seq: trigger, target and noise (the padding comes on top)
+    trigger_len: int = 1   # L_tri
+    target_len: int = 1    # L_tar
+    noise_len: int = 0     # noise between trigger and target (table 3)
+    vocab: int = MAX_VOCAB  # |V|: symbols 1..vocab
+    seed: int = 0          # draws the trigger (Remark 4)
+    trigger: tuple = field(default=None)
+
+    def __post_init__(self):
+        for name in ("seq_len", "trigger_len", "target_len"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
+        if not isinstance(self.noise_len, int) or self.noise_len < 0:
+            raise ValueError(f"noise_len must be a whole number >= 0, got {self.noise_len!r}")
+        if not 2 <= self.vocab <= MAX_VOCAB:
+            raise ValueError(f"vocab must be 2..{MAX_VOCAB} (V = {{1..vocab}}), got {self.vocab!r}")
+        if self.trigger_len >= self.seq_len:
+            raise ValueError(f"L_tri = {self.trigger_len} must be smaller than L_seq = {self.seq_len}")
+        if self.free_noise < 1:
+            raise ValueError(f"L_seq - 2 L_tri - L_tar - noise_len = {self.free_noise} must be >= 1 (appendix D): "
+                             f"lengthen L_seq = {self.seq_len} or shorten the trigger, target or noise")
+        if self.trigger is None:
+            g = torch.Generator().manual_seed(self.seed)
+            object.__setattr__(self, "trigger", tuple(int(t) for t in torch.randint(1, self.vocab + 1, (self.trigger_len,), generator=g)))
+        elif len(self.trigger) != self.trigger_len or not all(1 <= t <= self.vocab for t in self.trigger):
+            raise ValueError(f"trigger {self.trigger!r} must be {self.trigger_len} symbols from 1..{self.vocab}")
+
+    @property
+    def free_noise(self) -> int:
+        """Noise symbols outside the trigger-target gap (noise 1 + noise 2)."""
+        return self.seq_len - 2 * self.trigger_len - self.target_len - self.noise_len
+
+    @property
+    def m(self) -> int:
+        """|M|, the model's vocabulary: padding 0, V, and one unused symbol (see the module doc)."""
+        return self.vocab + 2
+
+    @property
+    def length(self) -> int:
+        """Input length: L_seq plus the L_tar - 1 padding symbols."""
+        return self.seq_len + self.target_len - 1
+
+
+def ih_batch(task: IHTask, batch: int, generator: torch.Generator | None = None):
+    """`batch` IH sequences: tokens (batch, task.length) and targets (batch, L_tar), the symbols to
+    emit at the last L_tar positions."""
+    tokens = torch.empty(batch, task.length, dtype=torch.long)
+    targets = torch.empty(batch, task.target_len, dtype=torch.long)
+    todo = torch.arange(batch)
+    while len(todo):   # rejection (appendix D): redraw the rows where the trigger occurs other than twice
+        t, y = _draw(task, len(todo), generator)
+        ok = _count(t[:, : task.seq_len], task.trigger) == 2
+        tokens[todo[ok]], targets[todo[ok]] = t[ok], y[ok]
+        todo = todo[~ok]
+    return tokens, targets
+
+
+def _draw(task: IHTask, b: int, g):
+    trig = torch.tensor(task.trigger)
+    lt, la, ln = task.trigger_len, task.target_len, task.noise_len
+    if lt == 1:  # a one-symbol trigger: draw noise and target from V without it, no rejection needed
+        others = torch.tensor([s for s in range(1, task.vocab + 1) if s != task.trigger[0]])
+        pick = lambda *shape: others[torch.randint(len(others), shape, generator=g)]  # noqa: E731
+    else:
+        pick = lambda *shape: torch.randint(1, task.vocab + 1, shape, generator=g)  # noqa: E731
+    seq = pick(b, task.seq_len)
+    target = pick(b, la)
+    start = torch.randint(0, task.free_noise + 1, (b,), generator=g)            # first trigger, uniform
+    cols = torch.arange(task.seq_len)
+    rel = cols - start[:, None]                                                  # (b, L_seq)
+    in_trig = (rel >= 0) & (rel < lt)
+    seq = torch.where(in_trig, trig[rel.clamp(0, lt - 1)], seq)
+    t0 = lt + ln
+    in_tar = (rel >= t0) & (rel < t0 + la)
+    seq = torch.where(in_tar, target.gather(1, (rel - t0).clamp(0, la - 1)), seq)
+    seq[:, -lt:] = trig
+    pad = torch.zeros(b, la - 1, dtype=torch.long)
+    return torch.cat([seq, pad], 1), target
+
+
+def _count(seq: torch.Tensor, trigger: tuple) -> torch.Tensor:
+    """Occurrences of the trigger in each row (overlaps counted)."""
+    w = seq.unfold(1, len(trigger), 1)                                           # (b, windows, L_tri)
+    return (w == torch.tensor(trigger)).all(-1).sum(1)
+
+
+def check_ih(task: IHTask, tokens: torch.Tensor, targets: torch.Tensor) -> None:
+    """Assert that every row follows appendix D (used by the tests and the CLI's self-check)."""
+    lt, la = task.trigger_len, task.target_len
+    for row, tar in zip(tokens.tolist(), targets.tolist()):
+        seq, pad = row[: task.seq_len], row[task.seq_len:]
+        assert pad == [0] * (la - 1), row
+        assert all(1 <= s <= task.vocab for s in seq), row
+        hits = [i for i in range(task.seq_len - lt + 1) if tuple(seq[i:i + lt]) == task.trigger]
+        assert len(hits) == 2 and hits[1] == task.seq_len - lt, row
+        t0 = hits[0] + lt + task.noise_len
+        assert seq[t0:t0 + la] == tar, row
+
+
+# ---- IH0 (sec. 5, appendix F) -------------------------------------------------------------------
+IH0_SYMBOLS = (1, 2, 3)
+IH0_PAPER_INIT = ((6.0, 6.0), (-10.0, -1.0), (-1.0, -10.0))          # F.2: the design-principle guess
+IH0_PAPER_LEARNED = ((5.394, 5.343), (-10.264, -1.575), (-1.539, -10.340))
+
+
+def ih0_sequences():
+    """All 8 IH0 sequences (F.1): trigger 1, target and noise from {2, 3}, L_seq = 4, as
+    trigger||target||noise||trigger or noise||trigger||target||trigger. Tokens are indices into
+    IH0_SYMBOLS (0 = the trigger): tokens (8, 4), targets (8,)."""
+    rows, tars = [], []
+    for first in (0, 1):
+        for tar, noise in itertools.product((2, 3), repeat=2):
+            seq = [1, tar, noise, 1] if first == 0 else [noise, 1, tar, 1]
+            rows.append([s - 1 for s in seq])
+            tars.append(tar - 1)
+    return torch.tensor(rows), torch.tensor(tars)
+
+
+def ih0_label(row) -> str:
+    return "".join(str(IH0_SYMBOLS[t]) for t in row)
+
+
+# ---- digits (table 7, appendix H) ---------------------------------------------------------------
+def digits_data(source: str = "auto", seed: int = 0):
+    """Images as pixel sequences, split train / validation / test.
+
+    source 'mnist': torchvision's MNIST cropped to 25x25 (H.1; needs torchvision and the download);
+    'sklearn': scikit-learn's bundled 8x8 digits (1797 images, offline); 'auto': MNIST when it can be
+    had, else the 8x8 digits. Returns a dict with 'source' (which one), 'train', 'val', 'test' as
+    (images (N, H, W) float32 in [0, 1], labels (N,)) and a 'note'."""
+    if source not in ("auto", "mnist", "sklearn"):
+        raise ValueError(f"unknown digits source {source!r}: use auto, mnist or sklearn")
+    note = ""
+    if source in ("auto", "mnist"):
+        try:
+            return _mnist(seed)
+        except Exception as e:  # no torchvision, or offline
+            if source == "mnist":
+                raise ValueError(f"MNIST is not available here ({type(e).__name__}: {e}); use --digits sklearn") from None
+            note = f"MNIST not available ({type(e).__name__}), using scikit-learn's 8x8 digits"
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32) / 16.0
+    y = torch.tensor(d.target, dtype=torch.long)
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    x, y = x[perm], y[perm]
+    n_val = n_test = 300
+    n_tr = len(y) - n_val - n_test
+    return {"source": "sklearn 8x8 digits", "note": note or "scikit-learn's bundled 8x8 digits",
+            "train": (x[:n_tr], y[:n_tr]), "val": (x[n_tr:n_tr + n_val], y[n_tr:n_tr + n_val]),
+            "test": (x[n_tr + n_val:], y[n_tr + n_val:])}
+
+
+def _mnist(seed: int):
+    import torchvision  # noqa: F401  (not a dependency: MNIST is used only where it is installed)
+    from torchvision.datasets import MNIST
+
+    root = "~/.cache/picaso/mnist"
+    tr, te = MNIST(root, train=True, download=True), MNIST(root, train=False, download=True)
+    crop = lambda ds: ds.data[:, 1:26, 1:26].float() / 255.0  # noqa: E731  (H.1: 25x25)
+    x, y = crop(tr), tr.targets
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    x, y = x[perm], y[perm]
+    return {"source": "MNIST 25x25", "note": "torchvision MNIST, cropped to 25x25 (appendix H)",
+            "train": (x[10000:], y[10000:]), "val": (x[:10000], y[:10000]), "test": (crop(te), te.targets)}

@@ -1,0 +1,251 @@
+"""Training for the COFFEE lab: one config, one model, a generator of progress records (what the CLI
+prints and the app streams). Appendix G.1's protocol, scaled to a CPU: Adam, cross-entropy at the
+positions that must emit the target, fresh random sequences every step (no fixed training set), a
+validation set from an independent generator, early stop once the accuracy is reached."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from picaso_core.lab.coffee import DigitsModel, IHModel, n_params
+from picaso_core.lab.tasks import IH0_PAPER_INIT, IHTask, digits_data, ih0_sequences, ih_batch
+
+TASKS = ("ih", "ih0", "digits")
+MODELS = ("coffee", "s6")
+PAPER_LR = {"coffee": 0.01, "s6": 0.003}  # table 1's best learning rates
+
+
+@dataclass
+class LabConfig:
+    task: str = "ih"            # ih | ih0 | digits
+    model: str = "coffee"       # coffee | s6
+    seq_len: int = 16           # IH: L_seq (table 1)
+    trigger_len: int = 1        # IH: L_tri
+    target_len: int = 1         # IH: L_tar
+    noise_len: int = 0          # IH: noise between trigger and target (table 3)
+    vocab: int = 7              # IH: |V|
+    n: int = 8                  # state dimension
+    d: int = 16                 # embedding dimension D (digits: the image width)
+    variant: str = "full"       # COFFEE on IH: full (eq. 6 + Remark 3, 784 at table 1) | minimal (eq. 7, table 2)
+    output_filter: bool = False  # COFFEE on digits: Remark 3 (table 7's last row)
+    lr: float | None = None     # None: table 1's (COFFEE 0.01, S6 0.003)
+    schedule: str = "constant"  # constant | cosine (to 5% of lr at `steps`)
+    batch: int = 128            # G.1 uses 512; on a CPU, steps are what COFFEE needs (README)
+    steps: int = 3000
+    seed: int = 0
+    device: str = "cpu"
+    eval_size: int = 4000       # validation sequences (G.1 uses 10000)
+    eval_every: int = 200
+    max_seconds: float | None = None   # stop after this much training time
+    stop_accuracy: float | None = None  # early stop (G.1) once validation accuracy reaches this
+    digits: str = "auto"        # auto | mnist | sklearn
+    ih0_train: str = "embedding"  # IH0 COFFEE: 'embedding' (F.2: lambda = 0, C = w_D = 1 fixed) | 'all'
+
+    def check(self) -> "LabConfig":
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}: use one of {', '.join(TASKS)}")
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}: use one of {', '.join(MODELS)}")
+        for name in ("steps", "batch", "n", "d", "eval_size", "eval_every"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive whole number, got {v!r}")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be 'constant' or 'cosine', got {self.schedule!r}")
+        if self.ih0_train not in ("embedding", "all"):
+            raise ValueError(f"ih0_train must be 'embedding' or 'all', got {self.ih0_train!r}")
+        if self.task == "ih":
+            self.ih_task()  # raises on a bad setting (L_tri >= L_seq, ...)
+        return self
+
+    def ih_task(self) -> IHTask:
+        return IHTask(self.seq_len, self.trigger_len, self.target_len, self.noise_len, self.vocab, self.seed)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else PAPER_LR[self.model]
+
+
+class Run:
+    """A model with its data: `step()` trains on one batch, `evaluate()` scores the validation set."""
+
+    def __init__(self, cfg: LabConfig):
+        self.cfg = cfg.check()
+        torch.manual_seed(cfg.seed)
+        dev = torch.device(cfg.device)
+        self.source = ""
+        if cfg.task == "ih":
+            self.task = cfg.ih_task()
+            self.model = IHModel(cfg.model, cfg.n, cfg.d, self.task.m, cfg.variant)
+            self.train_gen = torch.Generator().manual_seed(cfg.seed * 2 + 1)    # two independent generators (G.1)
+            self.val = ih_batch(self.task, cfg.eval_size, torch.Generator().manual_seed(cfg.seed * 2 + 2))
+        elif cfg.task == "ih0":
+            self.model = ih0_model(cfg.model, cfg.ih0_train)
+            self.val = ih0_sequences()
+        else:
+            data = digits_data(cfg.digits, cfg.seed)
+            self.source = data["note"]
+            self.data = {k: (data[k][0].to(dev), data[k][1].to(dev)) for k in ("train", "val", "test")}
+            width = self.data["train"][0].shape[-1]
+            self.model = DigitsModel(cfg.model, cfg.n, width, output_filter=cfg.output_filter)
+            self.val = self.data["val"]
+            self.order_gen = torch.Generator().manual_seed(cfg.seed)
+            self._perm, self._at = None, 0
+        self.model.to(dev)
+        self.dev = dev
+        self.val = tuple(v.to(dev) for v in self.val)
+        self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=cfg.learning_rate)
+        if cfg.schedule == "cosine":
+            decay = lambda i: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(i, cfg.steps) / cfg.steps))  # noqa: E731
+            self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, decay)
+        else:
+            self.sched = None
+        self.params = n_params(self.model)
+        self.steps_done = 0
+
+    def batch(self):
+        cfg = self.cfg
+        if cfg.task == "ih":
+            t, y = ih_batch(self.task, cfg.batch, self.train_gen)
+            return t.to(self.dev), y.to(self.dev)
+        if cfg.task == "ih0":
+            return self.val  # all 8 sequences every step
+        x, y = self.data["train"]
+        if self._perm is None or self._at + cfg.batch > len(y):   # a new epoch: reshuffle
+            self._perm, self._at = torch.randperm(len(y), generator=self.order_gen).to(self.dev), 0
+        idx = self._perm[self._at:self._at + cfg.batch]
+        self._at += cfg.batch
+        return x[idx], y[idx]
+
+    def loss_acc(self, inputs, targets, fast: bool = True):
+        """(cross-entropy, accuracy): IH scores the last L_tar positions and counts a sequence right
+        when all its target symbols are; digits score the class."""
+        if self.cfg.task == "digits":
+            logits = self.model(inputs, fast=fast)
+            return F.cross_entropy(logits, targets), (logits.argmax(-1) == targets).float().mean()
+        targets = targets.reshape(len(inputs), -1)
+        y, _ = self.model(inputs, fast=fast, tail=targets.shape[1])
+        logits = self.model.logits(y)                                      # (b, L_tar, m)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return loss, (logits.argmax(-1) == targets).all(-1).float().mean()
+
+    def step(self) -> float:
+        self.model.train()
+        loss, _ = self.loss_acc(*self.batch())
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
+        self.model.project_()  # lambda in [-2, 0] (sec. 3.2)
+        self.steps_done += 1
+        return loss.item()
+
+    @torch.no_grad()
+    def evaluate(self, split: str = "val") -> tuple[float, float]:
+        self.model.eval()
+        x, y = self.val if split == "val" else self.data[split]
+        losses, accs = [], []
+        for i in range(0, len(y), 2048):
+            loss, acc = self.loss_acc(x[i:i + 2048], y[i:i + 2048])
+            losses.append(loss.item() * len(y[i:i + 2048]))
+            accs.append(acc.item() * len(y[i:i + 2048]))
+        return sum(losses) / len(y), sum(accs) / len(y)
+
+
+def ih0_model(model: str, train: str = "embedding") -> IHModel:
+    """IH0's model: D = 2, n = 1, M = {1, 2, 3}. COFFEE as in F.2 (lambda = 0, C = 1, w_D = 1, the
+    embedding initialised at the paper's guess and the only thing learned, 6 parameters) or, with
+    train='all', every parameter learned from there; S6 at D = 2, n = 1 from G.2's init."""
+    if model == "s6":
+        return IHModel("s6", 1, 2, 3)
+    m = IHModel("coffee", 1, 2, 3, "minimal", embedding=IH0_PAPER_INIT, fix_embedding=False)
+    with torch.no_grad():
+        m.layer.lam.zero_()     # P1: perfect memory (integrators)
+        m.layer.c.fill_(1.0)    # y = x
+        m.layer.wd.fill_(1.0)   # P2: the gate reads the state directly
+    m.layer.requires_grad_(train == "all")
+    return m
+
+
+def train_iter(cfg: LabConfig, run: Run | None = None):
+    """Train, yielding a record after every `eval_every` steps and a last one with 'done': True:
+    {step, loss (validation), accuracy (validation), train_loss, seconds, params, ...}. `seconds` is
+    training time (evaluation excluded)."""
+    run = run or Run(cfg)
+    trained, train_loss = 0.0, float("nan")
+    loss, acc = run.evaluate()
+    base = {"task": cfg.task, "model": cfg.model, "params": run.params, "source": run.source}
+    yield {**base, "step": 0, "loss": loss, "accuracy": acc, "train_loss": train_loss, "seconds": 0.0, "done": False}
+    reason = "steps"
+    for step in range(1, cfg.steps + 1):
+        t0 = time.perf_counter()
+        train_loss = run.step()
+        trained += time.perf_counter() - t0
+        last = step == cfg.steps
+        timed_out = cfg.max_seconds is not None and trained >= cfg.max_seconds
+        if step % cfg.eval_every == 0 or last or timed_out:
+            loss, acc = run.evaluate()
+            reached = cfg.stop_accuracy is not None and acc >= cfg.stop_accuracy
+            done = last or timed_out or reached
+            reason = "accuracy" if reached else "time" if timed_out else "steps"
+            extra = {"stopped_by": reason} if done else {}
+            if done and cfg.task == "digits":  # table 7 reports the held-out test split
+                extra["test_loss"], extra["test_accuracy"] = run.evaluate("test")
+            yield {**base, "step": step, "loss": loss, "accuracy": acc, "train_loss": train_loss,
+                   "seconds": trained, "done": done, **extra}
+            if done:
+                return
+
+
+def summary(cfg: LabConfig, record: dict) -> dict:
+    """The CLI's final JSON object: loss and accuracy on the validation set (IH: fresh sequences from
+    an independent generator, G.1); the digits add the test split's."""
+    keep = ("task", "model", "loss", "accuracy", "params", "seconds", "step", "stopped_by", "source",
+            "test_loss", "test_accuracy")
+    out = {k: record[k] for k in keep if k in record}
+    out["seconds"] = round(out["seconds"], 2)
+    out["config"] = {k: v for k, v in asdict(cfg).items() if k not in ("task", "model")}
+    out["config"]["lr"] = cfg.learning_rate
+    return out
+
+
+@torch.no_grad()
+def ih0_trajectories(model: IHModel, grid: int = 61) -> dict:
+    """Plain data for fig. 2 of the paper: the 2-D state x(k) = (x^(0), x^(1)) of every IH0 sequence
+    at k = -1 (the origin) .. 3, the embeddings, each sequence's prediction, and the nearest-embedding
+    region of every point of a grid around them (the output symbol a final state would give)."""
+    from picaso_core.lab.tasks import IH0_SYMBOLS, ih0_label, ih0_sequences
+
+    model.eval()
+    tokens, targets = ih0_sequences()
+    y, X = model(tokens)
+    states = torch.cat([torch.zeros(len(tokens), 1, 2), X[..., 0]], 1)        # (8, 5, 2): n = 1
+    outputs = torch.cat([torch.zeros(len(tokens), 1, 2), y], 1)
+    pred = model.logits(y[:, -1]).argmax(-1)
+    emb = model.embedding()
+    pts = torch.cat([outputs.flatten(0, 1), emb])
+    lo, hi = pts.min(0).values - 2, pts.max(0).values + 2
+    mid, half = (lo + hi) / 2, (hi - lo).max() / 2      # a square grid: the figure keeps x and y to scale
+    lo, hi = mid - half, mid + half
+    xs, ys = torch.linspace(lo[0], hi[0], grid), torch.linspace(lo[1], hi[1], grid)
+    gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+    region = torch.cdist(torch.stack([gx, gy], -1).reshape(-1, 2), emb).argmin(-1).reshape(grid, grid)
+    return {
+        "symbols": list(IH0_SYMBOLS),
+        "embedding": emb.tolist(),
+        "sequences": [ih0_label(r) for r in tokens.tolist()],
+        "first_trigger": [int(r.index(0)) for r in tokens.tolist()],
+        "states": states.tolist(), "outputs": outputs.tolist(),
+        "target": [IH0_SYMBOLS[t] for t in targets.tolist()],
+        "prediction": [IH0_SYMBOLS[p] for p in pred.tolist()],
+        "accuracy": (pred == targets).float().mean().item(),
+        "grid": {"xs": xs.tolist(), "ys": ys.tolist(), "region": [[IH0_SYMBOLS[i] for i in row] for row in region.tolist()]},
+    }

@@ -1,0 +1,320 @@
+"""COFFEE lab: state-feedback selectivity (COFFEE, Zattra et al.) against S6's input selectivity,
+trained live on the paper's tasks (picaso_core.lab).
+
+Handlers are plain functions at the top (tested without a server); `render` lays the tab out. API
+endpoints:
+    Client(url).submit(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, n=8, d=16,
+                       steps=1500, seconds=30, seed=0, api_name="/coffee_train")   # streams
+    Client(url).predict(steps=200, train="embedding", api_name="/coffee_ih0")
+
+/coffee_train trains COFFEE and S6 in turns (the same number of steps each, within `seconds` of
+training in all) and streams the curves; Stop cancels it; one run per browser session at a time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+import torch
+
+from picaso_core.plots.coffee import NAMES, curves_figure, ih0_figure
+from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.errors import bad_input, whole_number
+from picaso_core.ui.resources import Resources
+
+TITLE = "COFFEE lab"
+SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "coffee" / "results.json"
+TASKS = {"ih": "Induction head (appendix D)", "ih0": "IH0 toy (sec. 5)", "digits": "Digits as pixel rows (table 7)"}
+LIVE_BATCH = 64          # small batches: on a CPU, steps (not sequences) are what COFFEE needs
+LIVE_LR = {"coffee": 0.02, "s6": 0.003}
+CHUNK = 50               # steps per model between two updates of the curves
+EVAL_SIZE = 1000
+MAX_STEPS, MAX_SECONDS = 20000, 300
+_running: dict[str, int] = {}  # session hash -> id of its run in flight: one run per user
+_run_ids = itertools.count(1)
+_lock = threading.Lock()
+EXPLAIN = (
+    "**S6** (Mamba's layer) picks what to remember from the **current token**: Δ(k) = softplus(W_D u(k)). "
+    "**COFFEE** feeds the **state** back: Δᵢ(k) = σ(w_D⁽ⁱ⁾ ⊙ x⁽ⁱ⁾(k−1)), so the same token is let in or "
+    "ignored depending on what came before (eq. 5-7). The induction head needs exactly that: remember "
+    "the symbol *after the first trigger* and keep it. Train both side by side; the dashed lines are "
+    "the paper's results (table 1: S6 0.68 after 100 epochs, COFFEE 0.99+ after one)."
+)
+PAPER_ROWS = [  # (table, setting, model, params, paper accuracy, key into the shipped results)
+    ("1", "L_seq 16, L_tri 1, L_tar 1, n 8, D 16", "S6", 784, "0.68", "t1_s6"),
+    ("1", "L_seq 16, L_tri 1, L_tar 1, n 8, D 16", "COFFEE", 784, "0.99+", "t1_coffee"),
+    ("1", "the same, until 0.99 (no time cap)", "COFFEE", 784, "0.99+", "t1_coffee_099"),
+    ("1", "the same, S6 for COFFEE's steps to 0.99", "S6", 784, "0.68", "t1_s6_5400"),
+    ("2", "n 1, D 9", "COFFEE", 99, "0.99+", "t2_coffee"),
+    ("3", "noise 1 between trigger and target", "COFFEE", 784, "0.99+", "t3_noise1"),
+    ("3", "noise 2 between trigger and target", "COFFEE", 784, "0.99+", "t3_noise2"),
+    ("4", "L_tri 1, L_tar 2", "COFFEE", 784, "0.99", "t4_coffee"),
+    ("5", "L_tri 2, L_tar 1", "COFFEE", 784, "0.78", "t5_coffee"),
+    ("6", "L_seq 32", "COFFEE", 784, "0.99+", "t6_32"),
+    ("6", "L_seq 64", "COFFEE", 784, "0.99+", "t6_64"),
+    ("7", "MNIST 25x25 (ours: sklearn 8x8 digits)", "S6 (n 2)", 5885, "0.282", "t7_s6"),
+    ("7", "MNIST 25x25 (ours: sklearn 8x8 digits)", "S6 (n 16)", 10085, "0.286", "t7_s6_16"),
+    ("7", "MNIST 25x25 (ours: sklearn 8x8 digits)", "COFFEE (n 2)", 3385, "0.966", "t7_coffee"),
+    ("7", "MNIST 25x25 (ours: sklearn 8x8 digits)", "COFFEE + output filter", 3585, "0.970", "t7_coffee_filter"),
+]
+
+
+# ---- handlers: plain functions --------------------------------------------------------------
+def check_inputs(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed,
+                 endpoint: str = "/coffee_train") -> dict:
+    """The raw inputs as a checked dict of LabConfig fields; bad input -> gr.Error naming the fix."""
+    from picaso_core.lab.tasks import IHTask
+
+    if task not in TASKS:
+        raise bad_input(f"task must be one of {', '.join(TASKS)}, got {task!r}", endpoint)
+    out = dict(task=task, seq_len=whole_number("L_seq", seq_len, 4, 256, endpoint),
+               trigger_len=whole_number("L_tri", trigger_len, 1, 256, endpoint),
+               target_len=whole_number("L_tar", target_len, 1, 256, endpoint),
+               noise_len=whole_number("noise length", noise_len, 0, 256, endpoint),
+               n=whole_number("n", n, 1, 32, endpoint), d=whole_number("D", d, 2, 64, endpoint),
+               steps=whole_number("steps", steps, 1, MAX_STEPS, endpoint),
+               seed=whole_number("seed", seed, 0, 2**31 - 1, endpoint))
+    out["max_seconds"] = float(whole_number("seconds", seconds, 1, MAX_SECONDS, endpoint))
+    if task == "ih":  # IHTask says what is wrong with the lengths (appendix D's L_seq - 2 L_tri - L_tar >= 1)
+        try:
+            IHTask(out["seq_len"], out["trigger_len"], out["target_len"], out["noise_len"])
+        except ValueError as e:
+            raise bad_input(str(e), endpoint) from None
+    return out
+
+
+def configs(args: dict):
+    """One LabConfig per model for the live run (the digits take the image width as D)."""
+    from picaso_core.lab.training import LabConfig
+
+    base = {k: v for k, v in args.items() if k != "max_seconds"}
+    if args["task"] == "digits":
+        base.update(n=2 if args["n"] == 8 else args["n"], digits="sklearn")
+    batch = 8 if args["task"] == "ih0" else LIVE_BATCH
+    return {m: LabConfig(model=m, batch=batch, lr=LIVE_LR[m] if args["task"] == "ih" else None, eval_size=EVAL_SIZE,
+                         eval_every=CHUNK, **base).check() for m in ("coffee", "s6")}
+
+
+def paper_lines(args: dict) -> dict:
+    """The paper's accuracy for this setting, when the paper reports one (table 1, table 7)."""
+    if args["task"] == "ih" and (args["seq_len"], args["trigger_len"], args["target_len"], args["noise_len"],
+                                 args["n"], args["d"]) == (16, 1, 1, 0, 8, 16):
+        return {"s6": 0.68, "coffee": 0.99}
+    return {}
+
+
+def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, n=8, d=16, steps=1500, seconds=30,
+               seed=0, session: str = ""):
+    """The /coffee_train handler, a generator: COFFEE and S6 train in turns, CHUNK steps each, until
+    both ran `steps` or `seconds` of training passed; after every turn it yields
+    (loss figure, accuracy figure, status markdown, this run vs the paper, data dict, python, client)."""
+    import time
+
+    from picaso_core.lab.training import Run
+
+    args = check_inputs(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed)
+    with _lock:
+        if session and session in _running:
+            raise bad_input("a run is already training in this session: stop it first", "/coffee_train")
+        me = next(_run_ids)
+        if session:
+            _running[session] = me
+    threads = torch.get_num_threads()
+    # one thread for these tiny tensors: two threads on a busy CPU were 10x slower (bench/coffee_speed.py);
+    # set in this worker thread only and restored after (torch keeps the setting per thread)
+    torch.set_num_threads(1)
+    try:
+        cfgs = configs(args)
+        runs = {m: Run(c) for m, c in cfgs.items()}
+        hist = {m: [] for m in runs}
+        for m, r in runs.items():
+            loss, acc = r.evaluate()
+            hist[m].append(_record(r, 0, loss, acc, 0.0))
+        trained = {m: 0.0 for m in runs}
+        py, cl = snippets(args)
+        paper = paper_lines(args)
+        while True:
+            if session and _running.get(session) != me:  # stopped (stop_run): a cancelled generator may linger
+                return
+            budget_left = args["max_seconds"] - sum(trained.values())
+            if budget_left <= 0 or all(r.steps_done >= args["steps"] for r in runs.values()):
+                break
+            for m, r in runs.items():
+                t0 = time.perf_counter()
+                for _ in range(min(CHUNK, args["steps"] - r.steps_done)):
+                    r.step()
+                trained[m] += time.perf_counter() - t0
+                loss, acc = r.evaluate()
+                hist[m].append(_record(r, r.steps_done, loss, acc, trained[m]))
+            yield outputs(args, hist, paper, runs, py, cl, done=False)
+        yield outputs(args, hist, paper, runs, py, cl, done=True)
+    finally:
+        torch.set_num_threads(threads)
+        with _lock:
+            if _running.get(session) == me:
+                del _running[session]
+
+
+def stop_run(session: str) -> None:
+    """Stop's handler: free the session at once (gradio cancels the streaming event; the generator it
+    leaves suspended ends at its next turn or when collected)."""
+    with _lock:
+        _running.pop(session, None)
+
+
+def _record(run, step: int, loss: float, acc: float, seconds: float) -> dict:
+    return {"step": step, "loss": loss, "accuracy": acc, "seconds": seconds, "params": run.params}
+
+
+def outputs(args, hist, paper, runs, py, cl, done: bool):
+    last = {m: h[-1] for m, h in hist.items()}
+    c, s = last["coffee"], last["s6"]
+    src = runs["coffee"].source
+    head = "Done" if done else "Training"
+    status = (f"**{head}: COFFEE {c['accuracy']:.3f} vs S6 {s['accuracy']:.3f}** validation accuracy after "
+              f"{c['step']} steps each ({c['seconds']:.1f} s and {s['seconds']:.1f} s of training; batch "
+              f"{runs['coffee'].cfg.batch}). Parameters: COFFEE {c['params']}, S6 {s['params']}."
+              + (f" Data: {src}." if src else ""))
+    table = pd.DataFrame([
+        {"Model": NAMES[m], "Parameters": last[m]["params"], "Steps": last[m]["step"],
+         "Accuracy (this run)": round(last[m]["accuracy"], 4), "Loss (this run)": round(last[m]["loss"], 4),
+         "Accuracy (paper)": paper.get(m, "–")} for m in ("coffee", "s6")])
+    title = TASKS[args["task"]]
+    data = {"args": args, "history": hist, "paper": paper, "done": done, "source": src}
+    return (curves_figure(hist, "loss", title=f"{title}: validation loss"),
+            curves_figure(hist, "accuracy", paper, title=f"{title}: validation accuracy"), status, table, data, py, cl)
+
+
+def snippets(args: dict) -> tuple[str, str]:
+    a = args
+    cli = "python -m picaso_core.lab.coffee --task {task} --model {{m}} --steps {steps} --seed {seed}".format(**a)
+    if a["task"] == "ih":
+        cli += (f" --seq-len {a['seq_len']} --trigger-len {a['trigger_len']} --target-len {a['target_len']}"
+                f" --noise-len {a['noise_len']} --n {a['n']} --d {a['d']} --batch {LIVE_BATCH} --lr {{lr}}")
+    py = ("# the same run from the command line (one model each):\n"
+          + "".join(f"#   {cli.format(m=m, lr=LIVE_LR[m])}\n" for m in ("coffee", "s6"))
+          + "from picaso_core.lab.training import LabConfig, train_iter\n\n"
+          f"for model in ('coffee', 's6'):\n"
+          f"    cfg = LabConfig(task={a['task']!r}, model=model, seq_len={a['seq_len']}, trigger_len={a['trigger_len']},\n"
+          f"                    target_len={a['target_len']}, noise_len={a['noise_len']}, n={a['n']}, d={a['d']},\n"
+          f"                    steps={a['steps']}, seed={a['seed']}, batch={LIVE_BATCH}, max_seconds={a['max_seconds'] / 2})\n"
+          "    for record in train_iter(cfg):\n"
+          "        pass\n"
+          "    print(model, record['accuracy'], record['params'])\n")
+    return py, client_snippet("/coffee_train", **{k: v for k, v in a.items() if k != "max_seconds"},
+                              seconds=int(a["max_seconds"]))
+
+
+def ih0_run(steps=200, train="embedding"):
+    """The /coffee_ih0 handler: train sec. 5's reduced COFFEE on the 8 IH0 sequences from the
+    paper's initial embedding; returns (animated figure, summary markdown, trajectories dict)."""
+    from picaso_core.lab.training import LabConfig, Run, ih0_trajectories
+
+    steps = whole_number("steps", steps, 0, 5000, "/coffee_ih0")
+    if train not in ("embedding", "all"):
+        raise bad_input(f"train must be 'embedding' (the paper's F.2) or 'all', got {train!r}", "/coffee_ih0")
+    run = Run(LabConfig(task="ih0", model="coffee", steps=max(steps, 1), lr=0.05, batch=8, ih0_train=train))
+    for _ in range(steps):
+        run.step()
+    t = ih0_trajectories(run.model)
+    t.update(steps=steps, train=train, params=run.params)
+    emb = ", ".join(f"{s} → ({e[0]:.2f}, {e[1]:.2f})" for s, e in zip(t["symbols"], t["embedding"]))
+    md = (f"**{t['accuracy']:.0%} of the 8 IH0 sequences right** after {steps} Adam steps on "
+          f"{'the embedding only (λ = 0, C = 1, w_D = 1: the paper’s F.2)' if train == 'embedding' else 'every parameter'}"
+          f" ({run.params} parameters). Learned embedding: {emb}. The paper's: 1 → (5.39, 5.34), "
+          "2 → (−10.26, −1.58), 3 → (−1.54, −10.34). Press ▶ to watch the states move step by step.")
+    return ih0_figure(t), md, t
+
+
+def paper_table(path: Path = SHIPPED) -> pd.DataFrame:
+    """Every row of the paper's tables 1-7 beside ours (the shipped CLI runs, assets/coffee/results.json)."""
+    try:
+        ours = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        ours = {}
+    rows = []
+    for table, setting, model, params, acc, key in PAPER_ROWS:
+        r = ours.get(key, {})
+        rows.append({"Table": table, "Setting": setting, "Model": model, "Parameters (paper)": params,
+                     "Accuracy (paper)": acc, "Parameters (ours)": r.get("params", "–"),
+                     "Accuracy (ours)": "–" if "accuracy" not in r else round(r["accuracy"], 3),
+                     "Training (ours)": "–" if "seconds" not in r else f"{r['step']} steps, {r['seconds']:.0f} s"})
+    return pd.DataFrame(rows)
+
+
+# ---- layout ---------------------------------------------------------------------------------
+def render(res: Resources | None = None) -> None:
+    gr.Markdown(EXPLAIN)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=300):
+            task = gr.Dropdown([(v, k) for k, v in TASKS.items()], value="ih", label="Task", elem_id="coffee-task")
+            with gr.Row():
+                seq_len = gr.Number(16, label="L_seq", precision=0, minimum=4, maximum=256, elem_id="coffee-seq-len")
+                trigger_len = gr.Number(1, label="L_tri", precision=0, minimum=1, maximum=8)
+                target_len = gr.Number(1, label="L_tar", precision=0, minimum=1, maximum=8)
+                noise_len = gr.Number(0, label="noise", precision=0, minimum=0, maximum=8,
+                                      info="between trigger and target (table 3)")
+            with gr.Row():
+                n = gr.Number(8, label="n (state)", precision=0, minimum=1, maximum=32)
+                d = gr.Number(16, label="D (embedding)", precision=0, minimum=2, maximum=64,
+                              info="digits: the image width")
+            with gr.Row():
+                steps = gr.Number(3000, label="steps per model", precision=0, minimum=1, maximum=MAX_STEPS,
+                                  elem_id="coffee-steps")
+                seconds = gr.Slider(5, MAX_SECONDS, value=30, step=5, label="time budget (s, both models)",
+                                    elem_id="coffee-seconds")
+                seed = gr.Number(0, label="seed", precision=0, minimum=0)
+            with gr.Row():
+                run = gr.Button("Train COFFEE and S6", variant="primary", elem_id="coffee-run")
+                stop = gr.Button("Stop", variant="stop", elem_id="coffee-stop")
+        with gr.Column(scale=2, min_width=480):
+            status = gr.Markdown("Press **Train**: table 1's setting separates the two models within about 30 s.",
+                                 elem_id="coffee-status")
+            with gr.Row():
+                loss_plot = gr.Plot(label="Validation loss", elem_id="coffee-loss")
+                acc_plot = gr.Plot(label="Validation accuracy", elem_id="coffee-acc")
+            table = gr.Dataframe(label="This run", interactive=False, elem_id="coffee-table")
+    with gr.Accordion("Run data (JSON)", open=False):
+        data = gr.JSON(label="curves")
+    gr.Markdown("### Paper vs ours\nOur rows are the command-line runs in the README (2 shared CPU cores).")
+    gr.Dataframe(paper_table(), interactive=False, elem_id="coffee-paper-table", wrap=True)
+
+    gr.Markdown("### IH0: watch the state decide (sec. 5, fig. 2)\nTwo one-dimensional COFFEE subsystems "
+                "(D = 2, n = 1) read 4 symbols from {1, 2, 3}; 1 is the trigger. The state is 2-D, so every "
+                "sequence is a curve in the plane; the colours are the regions whose nearest embedding is "
+                "each symbol, i.e. the output a final state gives.")
+    with gr.Row():
+        ih0_steps = gr.Slider(0, 1000, value=200, step=50, label="Adam steps", elem_id="coffee-ih0-steps")
+        ih0_train = gr.Radio([("embedding only (paper)", "embedding"), ("every parameter", "all")],
+                             value="embedding", label="Learn")
+        ih0_btn = gr.Button("Train IH0", elem_id="coffee-ih0-run")
+    ih0_md = gr.Markdown(elem_id="coffee-ih0-summary")
+    ih0_plot = gr.Plot(label="IH0 trajectories", elem_id="coffee-ih0")
+    ih0_data = gr.JSON(visible=False)
+    py, cl = show_code(*snippets(check_inputs("ih", 16, 1, 1, 0, 8, 16, 3000, 30, 0)))
+
+    def coffee_train(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed,
+                     request: gr.Request):
+        """Train COFFEE and S6 side by side on a task of the COFFEE paper, streaming the curves."""
+        yield from train_live(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed,
+                              session=getattr(request, "session_hash", "") or "")
+
+    def coffee_ih0(steps, train):
+        """Train the IH0 toy model and return its animated 2-D state trajectories."""
+        return ih0_run(steps, train)
+
+    ins = [task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed]
+    ev = run.click(coffee_train, ins, [loss_plot, acc_plot, status, table, data, py, cl], api_name="coffee_train",
+                   preprocess=False, concurrency_limit=2, concurrency_id="coffee-train", show_progress="minimal")
+    def coffee_stop(request: gr.Request):
+        stop_run(getattr(request, "session_hash", "") or "")
+
+    stop.click(coffee_stop, None, None, cancels=[ev], api_visibility="private", concurrency_limit=None)
+    ih0_btn.click(coffee_ih0, [ih0_steps, ih0_train], [ih0_plot, ih0_md, ih0_data], api_name="coffee_ih0",
+                  preprocess=False, concurrency_limit=2, concurrency_id="coffee-ih0")
+    gr.on(None, lambda: coffee_ih0(200, "embedding"), None, [ih0_plot, ih0_md, ih0_data], api_visibility="private")

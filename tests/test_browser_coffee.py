@@ -1,0 +1,58 @@
+"""Headless Chromium: the COFFEE lab tab draws the IH0 trajectories on opening, trains COFFEE and S6
+side by side with live curves, and Stop cancels a run. Skips without chromium / chromedriver /
+selenium. Leaves a screenshot at $PICASO_SCREENSHOT_COFFEE (default: <tmp>/picaso_coffee.png)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
+from test_browser import browser  # noqa: F401
+
+
+def _set_number(browser, elem_id: str, value) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = browser.find_element(By.CSS_SELECTOR, f"#{elem_id} input")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(value))
+    box.send_keys(Keys.TAB)
+
+
+def test_coffee_tab_trains_both_models_live(browser, app_url):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(app_url)
+    wait = WebDriverWait(browser, 90)
+    tab = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[@role='tab' and contains(., 'COFFEE lab')]")))
+    tab.click()
+    wait.until(EC.element_to_be_clickable((By.ID, "coffee-run")))
+    # the IH0 trajectories arrive without a click: 8 sequences + embeddings drawn in the plane
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#coffee-ih0 .js-plotly-plot .scatterlayer .trace"))
+    assert "IH0 sequences right" in browser.find_element(By.ID, "coffee-ih0-summary").text
+    paper = browser.find_element(By.ID, "coffee-paper-table").text
+    assert "0.68" in paper and "0.99+" in paper and "0.966" in paper   # tables 1 and 7 of the paper
+    # a short run: both curves appear and the status says Done
+    _set_number(browser, "coffee-steps", 150)
+    browser.find_element(By.ID, "coffee-run").click()
+    wait.until(lambda d: "Done: COFFEE" in d.find_element(By.ID, "coffee-status").text)
+    for eid in ("coffee-loss", "coffee-acc"):
+        traces = browser.find_elements(By.CSS_SELECTOR, f"#{eid} .js-plotly-plot .scatterlayer .trace")
+        assert len(traces) >= 2, eid
+    assert "COFFEE" in browser.find_element(By.ID, "coffee-table").text
+    shot = os.environ.get("PICASO_SCREENSHOT_COFFEE", str(Path(tempfile.gettempdir()) / "picaso_coffee.png"))
+    browser.save_screenshot(shot)
+    # a long run, stopped, then a new one
+    _set_number(browser, "coffee-steps", 20000)
+    browser.find_element(By.ID, "coffee-run").click()
+    wait.until(lambda d: "Training: COFFEE" in d.find_element(By.ID, "coffee-status").text)
+    browser.find_element(By.ID, "coffee-stop").click()
+    _set_number(browser, "coffee-steps", 50)
+    browser.find_element(By.ID, "coffee-run").click()
+    # the new run starts (Stop freed the session) and reaches its 50 steps
+    wait.until(lambda d: "after 50 steps" in d.find_element(By.ID, "coffee-status").text)
