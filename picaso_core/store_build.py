@@ -150,6 +150,24 @@ def _check_record(rec: dict, fingerprint: str, dtype: str, where: str) -> None:
                          f"in another: pass --dtype {rec['dtype']}, or build into another --out")
 
 
+def _sizes(fs, root: str) -> dict[str, int]:
+    """File name -> bytes of everything in the store folder (one listing, also on object stores)."""
+    return {p["name"].rsplit("/", 1)[-1]: p["size"] for p in fs.ls(root, detail=True)} if fs.exists(root) else {}
+
+
+def _drop_bad_shards(meta: dict, sizes: dict[str, int], out: str) -> None:
+    """Unlink store.json's contexts from shards missing or cut short on disk (shard None): they
+    are encoded again and keep their place in the index."""
+    bad = {i for i, s in enumerate(meta["shards"]) if sizes.get(s["file"]) != s["nbytes"]}
+    for i in sorted(bad):
+        s = meta["shards"][i]
+        print(f"shard {s['file']} (worker {s.get('worker') or 'StateStore.add'}) is missing or truncated at {out}; "
+              f"its {len(s['ids'])} contexts are encoded again", file=sys.stderr)
+    for c in meta["contexts"]:
+        if c["shard"] in bad:
+            c["shard"] = None
+
+
 def plan(model, contexts: list[tuple[str, str]], out: str, dtype: str, suffix: str) -> tuple[dict | None, list, list]:
     """What is already built at `out`: (store.json or None, complete shard records, contexts to encode)."""
     fs, root = _fs(out)
@@ -167,17 +185,19 @@ def plan(model, contexts: list[tuple[str, str]], out: str, dtype: str, suffix: s
                              f"appended to in another: pass --dtype {meta.get('dtype', 'float32')}, or another --out")
         if meta["suffix"] != suffix:
             raise StoreError(f"{out} was built with context suffix {meta['suffix']!r}, not {suffix!r}; use another --out")
-    sizes = {p["name"].rsplit("/", 1)[-1]: p["size"] for p in fs.ls(root, detail=True)} if fs.exists(root) else {}
+    sizes = _sizes(fs, root)
     records = []
     for rec in read_sidecars(fs, root):
         _check_record(rec, fp, dtype, out)
         if sizes.get(rec["file"]) == rec["nbytes"]:
             records.append(rec)
-        else:  # the shard vanished or was cut short: its contexts are encoded again
+        elif not meta or rec["file"] not in {s["file"] for s in meta["shards"]}:  # else named below
             print(f"shard {rec['file']} (worker {rec['worker']}) is missing or truncated at {out}; "
                   f"its {len(rec['ids'])} contexts are encoded again", file=sys.stderr)
     texts = dict(contexts)
-    done = {c["id"]: text_hash(c["text"]) for c in meta["contexts"]} if meta else {}
+    if meta:
+        _drop_bad_shards(meta, sizes, out)
+    done = {c["id"]: text_hash(c["text"]) for c in meta["contexts"] if c["shard"] is not None} if meta else {}
     for rec in records:
         done.update(zip(rec["ids"], rec["texts"]))
     changed = [cid for cid, h in done.items() if cid in texts and text_hash(texts[cid]) != h]
@@ -193,18 +213,21 @@ def write_index(model, contexts: list[tuple[str, str]], out: str, dtype: str, su
     context (id, text, token count, shard), in the order of the old store then `contexts`.
     Refuses to write an index with a context no shard holds, or a shard missing on disk."""
     fs, root = _fs(out)
-    entries = {c["id"]: dict(c) for c in meta["contexts"]} if meta else {}
-    shards = [dict(s) for s in meta["shards"]] if meta else []
-    old_shard = {cid: shards[e["shard"]]["file"] for cid, e in entries.items()}
+    sizes = _sizes(fs, root)
+    entries = {c["id"]: dict(c) for c in meta["contexts"]} if meta else {}  # the old order, re-encoded ones too
+    old_shard = {cid: meta["shards"][e["shard"]]["file"] for cid, e in entries.items() if e["shard"] is not None}
+    shards = [dict(s) for s in meta["shards"] if s["file"] in old_shard.values()] if meta else []
     holder: dict[str, tuple[dict, int]] = {}
     for rec in sorted(records, key=lambda r: r["file"]):
         for cid, n in zip(rec["ids"], rec["num_tokens"]):
             holder.setdefault(cid, (rec, n))
     for cid, text in contexts:
-        if cid not in entries:
+        entries.setdefault(cid, {"id": cid, "text": text})
+    for cid, e in entries.items():
+        if cid not in old_shard:
             if cid not in holder:
                 raise StoreError(f"context {cid!r} is in no shard at {out}; rerun the build to encode it")
-            entries[cid] = {"id": cid, "text": text, "num_tokens": holder[cid][1]}
+            e["num_tokens"] = holder[cid][1]
     used = {old_shard.get(cid) or holder[cid][0]["file"] for cid in entries}
     files = [s["file"] for s in shards]
     for rec in sorted(records, key=lambda r: r["file"]):
@@ -212,7 +235,6 @@ def write_index(model, contexts: list[tuple[str, str]], out: str, dtype: str, su
             shards.append({k: rec[k] for k in ("file", "sha256", "nbytes", "ids", "worker")})
             files.append(rec["file"])
     index = {f: i for i, f in enumerate(files)}
-    sizes = {p["name"].rsplit("/", 1)[-1]: p["size"] for p in fs.ls(root, detail=True)}
     for s in shards:
         if sizes.get(s["file"]) != s["nbytes"]:
             who = f" (written by worker {s['worker']})" if s.get("worker") else ""
