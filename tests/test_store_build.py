@@ -234,3 +234,22 @@ def test_cli_builds_resumes_and_refuses_bad_input(tiny_model_dir, tmp_path, caps
     from picaso_core.loading import load_model
 
     assert StateStore.open(tmp_path / "s", load_model(str(tiny_model_dir))).dtype == "bfloat16"
+
+
+def test_app_and_experiments_take_a_prebuilt_store_url(model, tmp_path, monkeypatch):
+    import app
+    from picaso_core import experiments
+    from picaso_core.ui.resources import open_or_build_store
+
+    assert app.parse_args([], env={"PICASO_STORE": "s3://bucket/demo"}).store == "s3://bucket/demo"
+    assert app.parse_args(["--store", "gs://b/s"], env={"PICASO_STORE": "s3://x"}).store == "gs://b/s"
+    monkeypatch.setenv("PICASO_STORE", "memory://env-store")
+    assert experiments.parse_args([]).store == "memory://env-store"
+    url = f"memory://stores/app-{tmp_path.name}"
+    build_store(model, CONTEXTS[:6], url, progress=False)
+    database = dict(CONTEXTS[:6])
+    store = open_or_build_store(model, database, url, log=lambda m: None, remote_cache=tmp_path / "cache")
+    assert store.remote and store.ids == list(database) and store.folder.parent == tmp_path / "cache"
+    with pytest.raises(StoreError, match=r"holds 6 of the corpus's 11 contexts .* is read-only here; complete it "
+                                         r"with `python -m picaso_core.store build"):
+        open_or_build_store(model, dict(CONTEXTS), url, log=lambda m: None, remote_cache=tmp_path / "cache")
