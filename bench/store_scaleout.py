@@ -190,7 +190,7 @@ def main() -> None:
                 print(f"| {dtype} | {row['nbytes'] / 2**20:.1f} MiB | {row['nbytes'] / f32:.3f} | {row['encode_s']:.1f} | "
                       + " | ".join(cells) + " |")
             worst = {d: max(abs(v) for v in row["rel_change"].values()) for d, row in r["dtypes"].items()}
-            print(f"\nlargest |relative change| of a method's mean loss: "
+            print("\nlargest |relative change| of a method's mean loss: "
                   + ", ".join(f"{d} {100 * w:.3f}%" for d, w in worst.items() if d != "float32"))
         if "sizing" in parts:
             demo_rows = result.get("dtype", {}).get("dtypes")

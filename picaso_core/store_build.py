@@ -186,20 +186,21 @@ def plan(model, contexts: list[tuple[str, str]], out: str, dtype: str, suffix: s
         if meta["suffix"] != suffix:
             raise StoreError(f"{out} was built with context suffix {meta['suffix']!r}, not {suffix!r}; use another --out")
     sizes = _sizes(fs, root)
+    if meta:
+        _drop_bad_shards(meta, sizes, out)
+    done = {c["id"]: text_hash(c["text"]) for c in meta["contexts"] if c["shard"] is not None} if meta else {}
+    meta_files = {sh["file"] for sh in meta["shards"]} if meta else set()
     records = []
     for rec in read_sidecars(fs, root):
         _check_record(rec, fp, dtype, out)
         if sizes.get(rec["file"]) == rec["nbytes"]:
             records.append(rec)
-        elif not meta or rec["file"] not in {s["file"] for s in meta["shards"]}:  # else named below
+        elif not set(rec["ids"]) <= set(done) and rec["file"] not in meta_files:  # (those are named above)
             print(f"shard {rec['file']} (worker {rec['worker']}) is missing or truncated at {out}; "
                   f"its {len(rec['ids'])} contexts are encoded again", file=sys.stderr)
-    texts = dict(contexts)
-    if meta:
-        _drop_bad_shards(meta, sizes, out)
-    done = {c["id"]: text_hash(c["text"]) for c in meta["contexts"] if c["shard"] is not None} if meta else {}
     for rec in records:
         done.update(zip(rec["ids"], rec["texts"]))
+    texts = dict(contexts)
     changed = [cid for cid, h in done.items() if cid in texts and text_hash(texts[cid]) != h]
     if changed:
         raise StoreError(f"{len(changed)} contexts (e.g. {changed[0]!r}) are stored at {out} with another text; "
