@@ -51,13 +51,19 @@ def state_bytes(cfg: ModelConfig, dtype: str) -> int:
     return size * (math.prod(shapes["ssm"]) + math.prod(shapes["conv"])) + 4 * math.prod(shapes["log_decay"])
 
 
-def part_speed(model, contexts, workers: int, tmp: Path) -> dict:
+def part_speed(model, contexts, workers: int, tmp: Path, local_threads: list[int]) -> dict:
     import ray
+    import torch
 
-    out = {}
-    t0 = time.perf_counter()
-    local = build_store(model, contexts, tmp / "local", progress=False)
-    out["local_s"] = time.perf_counter() - t0
+    out = {"local_by_threads": {}}
+    default = torch.get_num_threads()
+    for i, threads in enumerate(local_threads):  # the first count is the one compared below
+        torch.set_num_threads(threads)
+        t0 = time.perf_counter()
+        local = build_store(model, contexts, tmp / f"local{i}", progress=False)
+        out["local_by_threads"][threads] = time.perf_counter() - t0
+    torch.set_num_threads(default)
+    out["local_s"] = out["local_by_threads"][local_threads[0]]
     t0 = time.perf_counter()
     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
@@ -73,11 +79,11 @@ def part_speed(model, contexts, workers: int, tmp: Path) -> dict:
         out["ray_actor_startup_s"] = time.perf_counter() - t0
     finally:
         ray.shutdown()
-    a, b = StateStore.open(tmp / "local", model), StateStore.open(tmp / "ray", model)
+    a, b = StateStore.open(tmp / "local0", model), StateStore.open(tmp / "ray", model)
     assert a.ids == b.ids
     out["max_abs_diff"] = max(float((a.get(c).ssm - b.get(c).ssm).abs().max()) for c in a.ids)
     n = len(contexts)
-    out.update(contexts=n, workers=workers, local_ctx_s=n / out["local_s"], ray_ctx_s=n / out["ray_s"],
+    out.update(contexts=n, workers=workers, local_threads=local_threads[0], local_ctx_s=n / out["local_s"], ray_ctx_s=n / out["ray_s"],
                ray_ctx_s_without_startup=n / max(1e-9, out["ray_s"] - out["ray_actor_startup_s"]),
                local_shards=local["shards"])
     return out
@@ -145,6 +151,7 @@ def main() -> None:
     p.add_argument("--contexts", type=int, default=None, help="first N contexts of the demo test database (all)")
     p.add_argument("--speed-contexts", type=int, default=None, help="the speed part's first N of those (all)")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--local-threads", default="2,1", help="torch threads of the local builds (the first is compared)")
     p.add_argument("--samples", type=int, default=200, help="held-out samples for the loss per dtype")
     p.add_argument("--gpu-tokens-per-s", type=float, default=27e3, help="mamba2-2.7b bf16 on an H100 (issue 26)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per context in the sizing table")
@@ -164,11 +171,14 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="store_scaleout-"))
     try:
         if "speed" in parts:
-            r = result["speed"] = part_speed(model, contexts[: args.speed_contexts], args.workers, tmp / "speed")
-            print(f"\n## speed: {r['contexts']} contexts, {result['cpus']} CPUs, local {result['threads']} threads vs "
+            r = result["speed"] = part_speed(model, contexts[: args.speed_contexts], args.workers, tmp / "speed",
+                                                 [int(t) for t in args.local_threads.split(",")])
+            print(f"\n## speed: {r['contexts']} contexts, {result['cpus']} CPUs, local {r['local_threads']} threads vs "
                   f"Ray {r['workers']} actors x 1 CPU\n")
             print("| engine | seconds | contexts/s | vs local |\n|---|---|---|---|")
-            print(f"| local | {r['local_s']:.1f} | {r['local_ctx_s']:.1f} | 1.00x |")
+            for threads, secs in r["local_by_threads"].items():
+                print(f"| local, {threads} torch threads | {secs:.1f} | {r['contexts'] / secs:.1f} | "
+                      f"{r['local_s'] / secs:.2f}x |")
             print(f"| Ray, {r['workers']} workers (incl. actor start-up) | {r['ray_s']:.1f} | {r['ray_ctx_s']:.1f} | "
                   f"{r['local_s'] / r['ray_s']:.2f}x |")
             print(f"| Ray, minus the actors' start-up ({r['ray_actor_startup_s']:.1f} s) | "

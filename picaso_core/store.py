@@ -452,6 +452,9 @@ class StateStore:
             if i not in self._bad and self._verify:
                 if _sha256(path) != sh.sha256:
                     self._bad[i] = "sha256 differs from the one written at build time"
+                    if self._remote is not None:  # a bad download: the next open fetches it again
+                        path.unlink()
+                        self._bad[i] += "; the cached copy was deleted, reopen the store to fetch it again"
             if i not in self._bad:
                 fp = _shard_header(path).get("fingerprint")
                 if fp not in (None, self.fingerprint):  # a shard copied in from another model's store

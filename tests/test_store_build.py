@@ -61,6 +61,9 @@ def test_ray_build_equals_local_build_and_the_app_opens_it(tmp_path):
                          log=lambda m: None, store=str(tmp_path / "ray"))
     assert res.store.folder == tmp_path / "ray" and res.store.ids == a.ids
     torch.testing.assert_close(res.states([contexts[5][0]])[0].ssm, a.get(contexts[5][0]).ssm)
+    with pytest.raises(StoreError, match=r"no state store at .*typo; build one with `python -m picaso_core.store build"):
+        load_resources("demo", "demo", "test", cache_dir=tmp_path / "cache", embedder=BagOfWords(),
+                       log=lambda m: None, store=str(tmp_path / "typo"))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -216,6 +219,11 @@ def test_store_at_a_url_is_read_lazily_through_a_local_cache(model, tmp_path, sc
     fresh = StateStore.open(url, model, cache_dir=tmp_path / "cache2")
     with pytest.raises(CorruptShardError, match="file missing"):
         fresh.get("c0")
+    cached = next(cache.glob("*.safetensors"))
+    cached.write_bytes(cached.read_bytes()[:-1] + b"x")  # a damaged download
+    with pytest.raises(CorruptShardError, match="sha256 differs.*cached copy was deleted"):
+        StateStore.open(url, model, cache_dir=tmp_path / "cache").get_many(again.ids)
+    assert not cached.exists()
 
 
 def test_cli_builds_resumes_and_refuses_bad_input(tiny_model_dir, tmp_path, capsys):

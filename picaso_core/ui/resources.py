@@ -242,6 +242,9 @@ def load_resources(
     times["corpus"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    if store and not is_url(store) and not (Path(store) / "store.json").exists():  # a typo must not start a new store
+        raise StoreError(f"no state store at {store}; build one with `python -m picaso_core.store build --model {model} "
+                         f"--corpus {corpus} --split {split} --out {store}`")
     folder = store or store_folder(Path(cache_dir), corpus, split, m.fingerprint(), max_contexts)
     store = open_or_build_store(m, c.database, folder, log, encode_all, remote_cache=Path(cache_dir) / "remote")
     folder = store.folder  # a URL's local cache: the retriever's embeddings are kept there
