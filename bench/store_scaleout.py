@@ -65,7 +65,7 @@ def part_speed(model, contexts, workers: int, tmp: Path, local_threads: list[int
     torch.set_num_threads(default)
     out["local_s"] = out["local_by_threads"][local_threads[0]]
     t0 = time.perf_counter()
-    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     out["ray_init_s"] = time.perf_counter() - t0
     try:

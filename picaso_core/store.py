@@ -16,8 +16,9 @@ counts, sha256, fingerprint, dtype) that the build's final index step gathers in
 
 States may be stored in float32, float16 or bfloat16 (`dtype`, fixed per store): `ssm` and
 `conv` are cast, `log_decay` stays float32 because composition multiplies decays over many
-contexts (exp of a sum of logs) and a half-precision log would shift every weight (paper
-eq. 5-6). Reads return float32 states whatever the dtype on disk.
+contexts (CASO's weights, prop. 1 eq. 3, are products of the later contexts' A(u); PICASO's are
+means of such products) and a rounded log-decay would shift every weight. Reads return float32
+states whatever the dtype on disk.
 
 A store can also live at any fsspec URL (s3://, gs://, hf://, memory://, file://): `open(url)`
 reads store.json at once and each shard the first time a state in it is asked for, copying it

@@ -116,7 +116,8 @@ class ShardEncoder:
         states = self.model.encode_contexts(token_ids, batch_size=self.batch_size)
         fp = self.model.fingerprint()
         tensors = shard_tensors(ids, states, self.model.config.state_shapes(), self.dtype)
-        # named by its ids: a batch Ray retries overwrites its own earlier attempt
+        # named by worker and ids: a batch retried on the same actor overwrites its earlier attempt; a copy
+        # written by another actor is left out of the index (write_index lists each id once)
         name = f"shard-{self.worker}-{hashlib.sha256(chr(0).join(ids).encode()).hexdigest()[:10]}.safetensors"
         scratch = _scratch(self.fs, self.root)
         tmp = scratch / f"{name}.{os.getpid()}.tmp"
@@ -271,10 +272,13 @@ def _ray_engine(enc_kwargs: dict, todo: list[tuple[str, str]], shard_size: int, 
     except ImportError:
         raise StoreError("--engine ray needs Ray: pip install 'ray[data]>=2.9'") from None
     started = not ray.is_initialized()
-    if started:  # workers import picaso_core from this checkout; on a cluster every node needs it installed
+    if started:
+        # workers import picaso_core from this checkout's path: enough on this machine, and on a cluster
+        # whose nodes hold the checkout at the same path (a shared disk, the Docker image); else pip install it
         env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
                                                                           os.environ.get("PYTHONPATH")]))}}
-        ray.init(address=address, runtime_env=None if address else env, include_dashboard=False,
+        # address "local" starts a new runtime even where one is running (plain ray.init() would join it)
+        ray.init(address=address or "local", runtime_env=env, include_dashboard=False if not address else None,
                  log_to_driver=False)
     try:
         gpus = int(ray.cluster_resources().get("GPU", 0))

@@ -44,7 +44,7 @@ def test_ray_build_equals_local_build_and_the_app_opens_it(tmp_path):
     contexts = list(load_corpus("demo", "test").database.items())[:8]  # a few: CPU is scarce
     local = build_store(demo, contexts, tmp_path / "local", shard_size=3, progress=False)
     root = str(Path(__file__).resolve().parents[1])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": root}})
     try:
         out = build_store(demo, contexts, tmp_path / "ray", engine="ray", workers=2, shard_size=3, progress=False)
