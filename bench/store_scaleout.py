@@ -17,7 +17,7 @@
    their configs (state bytes per dtype) and a throughput in tokens/s (--gpu-tokens-per-s, the
    2.7b figure measured on an H100 in bf16, scaled by parameter count for the smaller shapes:
    an estimate, small models reach less of the GPU).
-Prints markdown tables and writes bench/out/store_scaleout.json.
+Prints markdown tables and writes bench/out/store_scaleout-<parts>.json.
 """
 
 from __future__ import annotations
@@ -79,6 +79,12 @@ def part_speed(model, contexts, workers: int, tmp: Path, local_threads: list[int
         out["ray_actor_startup_s"] = time.perf_counter() - t0
     finally:
         ray.shutdown()
+    # the first local build again: how much the machine's load drifted during the run
+    torch.set_num_threads(local_threads[0])
+    t0 = time.perf_counter()
+    build_store(model, contexts, tmp / "local_again", progress=False)
+    out["local_again_s"] = time.perf_counter() - t0
+    torch.set_num_threads(default)
     a, b = StateStore.open(tmp / "local0", model), StateStore.open(tmp / "ray", model)
     assert a.ids == b.ids
     out["max_abs_diff"] = max(float((a.get(c).ssm - b.get(c).ssm).abs().max()) for c in a.ids)
@@ -151,7 +157,7 @@ def main() -> None:
     p.add_argument("--contexts", type=int, default=None, help="first N contexts of the demo test database (all)")
     p.add_argument("--speed-contexts", type=int, default=None, help="the speed part's first N of those (all)")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--local-threads", default="2,1", help="torch threads of the local builds (the first is compared)")
+    p.add_argument("--local-threads", default="1,2", help="torch threads of the local builds (the first is compared)")
     p.add_argument("--samples", type=int, default=200, help="held-out samples for the loss per dtype")
     p.add_argument("--gpu-tokens-per-s", type=float, default=27e3, help="mamba2-2.7b bf16 on an H100 (issue 26)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per context in the sizing table")
@@ -181,6 +187,8 @@ def main() -> None:
                       f"{r['local_s'] / secs:.2f}x |")
             print(f"| Ray, {r['workers']} workers (incl. actor start-up) | {r['ray_s']:.1f} | {r['ray_ctx_s']:.1f} | "
                   f"{r['local_s'] / r['ray_s']:.2f}x |")
+            print(f"| local, {r['local_threads']} torch threads, again after Ray | {r['local_again_s']:.1f} | "
+                  f"{r['contexts'] / r['local_again_s']:.1f} | {r['local_s'] / r['local_again_s']:.2f}x |")
             print(f"| Ray, minus the actors' start-up ({r['ray_actor_startup_s']:.1f} s) | "
                   f"{r['ray_s'] - r['ray_actor_startup_s']:.1f} | {r['ray_ctx_s_without_startup']:.1f} | "
                   f"{r['local_s'] / (r['ray_s'] - r['ray_actor_startup_s']):.2f}x |")
@@ -216,7 +224,7 @@ def main() -> None:
                       f"{x['disk_gib']:.1f} GiB | {t} | {x['source']} |")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    out = ROOT / "bench" / "out" / "store_scaleout.json"
+    out = ROOT / "bench" / "out" / f"store_scaleout-{args.parts.replace(',', '-')}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out}")
