@@ -6,7 +6,7 @@
 
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
 line): PICASO_MODEL, PICASO_CORPUS, PICASO_DATABASE, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
-PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_ENCODE_ALL, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
+PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_ENCODE_ALL, PICASO_STORE, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
 over its variable.
 
 The model, corpus, state store and retriever load once (picaso_core.ui.resources) and are shared
@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    default=env.get("PICASO_ENCODE_ALL", "").lower() in ("1", "true", "yes"),
                    help="encode every context into the state store before serving (default: each context "
                    "the first time a request uses it; either way a state is encoded once and kept) [PICASO_ENCODE_ALL]")
+    p.add_argument("--store", default=env.get("PICASO_STORE") or None,
+                   help="a prebuilt state store (python -m picaso_core.store build): a folder or an fsspec URL "
+                   "(s3://, gs://, hf://), read lazily; default: one under --cache-dir, filled on use [PICASO_STORE]")
     p.add_argument("--device", default=env.get("PICASO_DEVICE") or None, help="cpu, cuda, ... [PICASO_DEVICE]")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
@@ -75,7 +78,7 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
-                         args.device, encode_all=args.encode_all, database=args.database)
+                         args.device, encode_all=args.encode_all, database=args.database, store=args.store)
     demo = build_app(res)
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")

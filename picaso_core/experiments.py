@@ -336,7 +336,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ablation-samples", type=int, default=50)
     p.add_argument("--timing-tokens", default="256,512,1024,2048,4096,8192",
                    help="fig. 7: context lengths for processing vs generating 32 tokens ('none' to skip)")
-    p.add_argument("--store", default=None, help="state store folder (default: ~/.cache/picaso_explorer/experiments/...)")
+    p.add_argument("--store", default=os.environ.get("PICASO_STORE") or None,
+                   help="state store: a folder, or the URL of a prebuilt one (python -m picaso_core.store build; "
+                   "read-only) [PICASO_STORE] (default: ~/.cache/picaso_explorer/experiments/...)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--device", default=None)
     p.add_argument("--ship", default=None, help="also write summary.json here (the app's Benchmarks tab reads "
@@ -352,7 +354,7 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     from picaso_core.data import load_corpus
     from picaso_core.loading import load_model
     from picaso_core.retrieval import Retriever, SentenceEmbedder, embeddings_path
-    from picaso_core.store import StateStore
+    from picaso_core.store import StateStore, is_url
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -395,11 +397,12 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     if qa_corpus is not None:
         database.update(qa_corpus.database)
 
-    store_dir = Path(args.store) if args.store else default_store_dir(args.corpus, args.split, model.fingerprint(), args.database)
-    store = StateStore.open(store_dir, model) if (store_dir / "store.json").exists() else \
-        StateStore.build(model, [], store_dir, suffix=CONTEXT_SUFFIX, progress=False)
+    store_dir = args.store or default_store_dir(args.corpus, args.split, model.fingerprint(), args.database)
+    store = StateStore.open(store_dir, model) if is_url(store_dir) or (Path(store_dir) / "store.json").exists() \
+        else StateStore.build(model, [], store_dir, suffix=CONTEXT_SUFFIX, progress=False)
     if store.suffix != CONTEXT_SUFFIX:
         sys.exit(f"error: {store_dir} was built with suffix {store.suffix!r}; delete it or pass another --store")
+    store_dir = store.folder  # a URL's local cache: embeddings and ranker caches are kept there
     source = ContextSource.from_store(store, database, progress=_tqdm("encoding contexts (database build)"))
 
     embedder = embedder or SentenceEmbedder()

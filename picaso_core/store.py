@@ -10,6 +10,21 @@ Layout of a store folder:
     shard-00000.safetensors    the states of up to `shard_size` contexts, tensors named
                                "<id>/ssm", "<id>/conv", "<id>/log_decay" (ContextState.to_tensors)
     embeddings/                the retriever's sentence embeddings (picaso_core.retrieval)
+A store built by several workers (picaso_core.store_build) has shards named
+shard-<worker>-<hash of its ids>.safetensors, each with a <shard>.json sidecar (its ids, token
+counts, sha256, fingerprint, dtype) that the build's final index step gathers into store.json.
+
+States may be stored in float32, float16 or bfloat16 (`dtype`, fixed per store): `ssm` and
+`conv` are cast, `log_decay` stays float32 because composition multiplies decays over many
+contexts (CASO's weights, prop. 1 eq. 3, are products of the later contexts' A(u); PICASO's are
+means of such products) and a rounded log-decay would shift every weight. Reads return float32
+states whatever the dtype on disk.
+
+A store can also live at any fsspec URL (s3://, gs://, hf://, memory://, file://): `open(url)`
+reads store.json at once and each shard the first time a state in it is asked for, copying it
+whole into a local cache (<cache_dir>/<hash of the URL>/<sha256 prefix>-<file>: content-addressed,
+so a rebuilt remote store never hits a stale copy). Such a store is read-only here; build or
+extend it with `python -m picaso_core.store build --out URL`.
 
 Shards are written once and never modified (`add` writes new shards, `repair` replaces a bad one
 whole), each through a temporary file and a rename, so an interrupted write leaves the previous
@@ -32,32 +47,13 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from picaso_core.state import ContextState
-
-FORMAT = "picaso-state-store/1"
-META_FILE = "store.json"
-SHARD_BYTES = 64 * 2**20  # shard size target: the first read of a shard hashes it whole (~0.1 s)
-CACHE_BYTES = 512 * 2**20  # default bound of the in-memory LRU cache
-
-Progress = Callable[[int, int], None]  # progress(done, total), as model.encode_contexts takes it
-
-
-class StoreError(ValueError):
-    """A store that cannot be used as asked; the message names the fix."""
-
-
-class CorruptShardError(StoreError):
-    """A shard whose bytes do not match the checksum written when it was built."""
-
-    def __init__(self, shard: str, reason: str, folder: Path):
-        self.shard = shard
-        super().__init__(
-            f"state store {folder}: shard {shard} is corrupt ({reason}). The other shards are "
-            "still usable; re-encode this shard's contexts from their stored text with "
-            "`StateStore.open(folder, model).repair()`, or rebuild the store."
-        )
+from picaso_core.store_format import (  # noqa: F401  (re-exported: picaso_core.store is where users import them)
+    CACHE_BYTES, DTYPES, FORMAT, META_FILE, REMOTE_CACHE, SHARD_BYTES, CorruptShardError, Progress, StoreError,
+    _atomic_write_text, _describe_config, _model_name, _sha256, _shard_header, check_dtype, is_url, shard_tensors,
+    tqdm_progress)
 
 
 @dataclass
@@ -66,46 +62,7 @@ class _Shard:
     sha256: str
     nbytes: int
     ids: list[str]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def tqdm_progress(desc: str) -> Progress:
-    """A progress(done, total) callback drawing a tqdm bar on stderr."""
-    from tqdm.auto import tqdm
-
-    bar = None
-
-    def update(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = tqdm(total=total, desc=desc, unit="ctx")
-        bar.update(done - bar.n)
-        if done >= total:
-            bar.close()
-
-    return update
-
-
-def _model_name(model) -> str:
-    return str(getattr(model, "name_or_path", None) or "an unnamed model")
-
-
-def _describe_config(cfg: dict) -> str:
-    s = cfg.get("ssm_cfg", {})
-    return f"{s.get('layer', '?')} d_model={cfg.get('d_model')} n_layer={cfg.get('n_layer')}"
+    worker: str = ""  # who wrote it (a multi-worker build); "" for shards written by `add`
 
 
 class StateStore:
@@ -115,10 +72,13 @@ class StateStore:
     (composition functions are pure, so nothing in picaso_core writes into them).
     """
 
-    def __init__(self, folder: Path, model, meta: dict, cache_bytes: int, verify: bool):
-        self.folder = folder
+    def __init__(self, folder: Path, model, meta: dict, cache_bytes: int, verify: bool, remote=None):
+        self.folder = folder  # the store, or for a remote store the local cache of its shards
+        self.url = remote[2] if remote else str(folder)
+        self._remote = remote  # (fsspec filesystem, root path, url) of a remote store, else None
         self.model = model
         self.fingerprint: str = meta["model"]["fingerprint"]
+        self.dtype: str = meta.get("dtype", "float32")
         self._meta = meta
         self._shards = [_Shard(**s) for s in meta["shards"]]
         self._contexts: dict[str, dict] = {c["id"]: c for c in meta["contexts"]}
@@ -133,7 +93,8 @@ class StateStore:
         # bookkeeping under _lock, never for another request's encoding.
         self._write_lock = threading.RLock()
         for i, sh in enumerate(self._shards):
-            self._check_size(i, sh)
+            if remote is None:  # remote shards are checked when fetched
+                self._check_size(i, sh)
 
     # ---- construction ----------------------------------------------------------------------
     @classmethod
@@ -149,6 +110,7 @@ class StateStore:
         progress: Progress | bool = True,
         overwrite: bool = False,
         cache_bytes: int = CACHE_BYTES,
+        dtype: str = "float32",
     ) -> "StateStore":
         """Encode every (id, text) context with `model` and save the states to `folder`.
 
@@ -159,7 +121,13 @@ class StateStore:
             batch_size: contexts per batched forward (model.encode_contexts).
             progress: a progress(done, total) callback, True for a tqdm bar, False for none.
             overwrite: replace an existing store in `folder` (otherwise refused).
+            dtype: "float32", "float16" or "bfloat16": how `ssm` and `conv` are stored (see the
+                module docstring); fixed for the store's life.
         """
+        check_dtype(dtype)
+        if is_url(folder):
+            raise StoreError(f"StateStore.build writes a local folder; build at {folder} with "
+                             "`python -m picaso_core.store build --out URL`")
         folder = Path(folder)
         if (folder / META_FILE).exists() and not overwrite:
             raise StoreError(
@@ -167,7 +135,7 @@ class StateStore:
                 "add contexts with store.add(...), or pass overwrite=True to rebuild it"
             )
         folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("shard-*.safetensors"):
+        for old in [*folder.glob("shard-*.safetensors"), *folder.glob("shard-*.json")]:
             old.unlink()
         for old in (folder / "embeddings").glob("*"):
             old.unlink()
@@ -180,6 +148,7 @@ class StateStore:
             },
             "state_shapes": {k: list(v) for k, v in model.config.state_shapes().items()},
             "suffix": suffix,
+            "dtype": dtype,
             "shards": [],
             "contexts": [],
         }
@@ -189,21 +158,39 @@ class StateStore:
         return store
 
     @classmethod
-    def open(cls, folder: str | Path, model, *, cache_bytes: int = CACHE_BYTES, verify: bool = True) -> "StateStore":
-        """Open the store in `folder` for `model`; refuses states built by any other model.
+    def open(cls, folder: str | Path, model, *, cache_bytes: int = CACHE_BYTES, verify: bool = True,
+             cache_dir: str | Path | None = None) -> "StateStore":
+        """Open the store in `folder` (a local folder or an fsspec URL) for `model`; refuses states
+        built by any other model.
 
         Nothing but store.json is read here; states load lazily. With verify=True each shard's
-        sha256 is checked the first time it is read.
+        sha256 is checked the first time it is read. A URL's shards are fetched into
+        <cache_dir>/<hash of the URL> (default cache_dir: REMOTE_CACHE) the first time they are read.
         """
-        folder = Path(folder)
-        path = folder / META_FILE
-        if not path.exists():
+        remote = None
+        if is_url(folder):
+            from fsspec.core import url_to_fs
+
+            url = str(folder).rstrip("/")
+            fs, root = url_to_fs(url)
+            remote = (fs, root.rstrip("/"), url)
+            folder = Path(cache_dir or REMOTE_CACHE) / hashlib.sha256(url.encode()).hexdigest()[:16]
+            path = f"{remote[1]}/{META_FILE}"
+            exists = fs.exists(path)
+            read = lambda: fs.cat_file(path).decode()  # noqa: E731
+        else:
+            folder = Path(folder)
+            path = folder / META_FILE
+            exists = path.exists()
+            read = path.read_text
+        where = remote[2] if remote else folder
+        if not exists:
             raise StoreError(
-                f"no state store in {folder} ({META_FILE} missing); build one with "
-                "StateStore.build(model, contexts, folder)"
+                f"no state store at {where} ({META_FILE} missing); build one with "
+                "`python -m picaso_core.store build --out ...` or StateStore.build(model, contexts, folder)"
             )
         try:
-            meta = json.loads(path.read_text())
+            meta = json.loads(read())
         except json.JSONDecodeError as e:
             raise StoreError(f"{path} is not valid JSON ({e}); rebuild the store with StateStore.build(..., overwrite=True)") from e
         if meta.get("format") != FORMAT:
@@ -212,13 +199,18 @@ class StateStore:
         built = meta["model"]
         if built["fingerprint"] != fp:
             raise StoreError(
-                f"the states in {folder} were built by {built['name']} "
+                f"the states in {where} were built by {built['name']} "
                 f"({_describe_config(built['config'])}, fingerprint {built['fingerprint'][:12]}), not by the "
                 f"model given ({_model_name(model)}, {_describe_config(model.config.to_dict())}, fingerprint "
                 f"{fp[:12]}); states of another model cannot be composed with it. Rebuild with "
                 f"StateStore.build(model, contexts, '{folder}', overwrite=True), or use another folder."
             )
-        return cls(folder, model, meta, cache_bytes=cache_bytes, verify=verify)
+        return cls(folder, model, meta, cache_bytes=cache_bytes, verify=verify, remote=remote)
+
+    @property
+    def remote(self) -> bool:
+        """True for a store opened from a URL (read-only, shards cached locally)."""
+        return self._remote is not None
 
     # ---- reading ---------------------------------------------------------------------------
     @property
@@ -265,8 +257,7 @@ class StateStore:
                     missing.setdefault(self._entry(cid)["shard"], []).append(cid)
             loaded: dict[str, ContextState] = {}
             for si, cids in missing.items():
-                self._ensure_good(si)
-                path = self.folder / self._shards[si].file
+                path = self._ensure_good(si)
                 with safe_open(str(path), framework="pt", device="cpu") as f:
                     for cid in cids:
                         tensors = {k: f.get_tensor(f"{cid}/{k}") for k in ("ssm", "conv", "log_decay")}
@@ -289,12 +280,17 @@ class StateStore:
         shard_size: int | None = None,
         batch_size: int = 16,
         progress: Progress | bool = True,
+        dtype: str | None = None,
     ) -> list[str]:
         """Encode and append new contexts in new shards; existing shards are not touched.
 
         Returns the ids added. Refuses ids already in the store (a context's state never changes
-        under its id; give a changed text a new id, or rebuild).
+        under its id; give a changed text a new id, or rebuild), and a `dtype` other than the
+        store's (one store, one precision: mixed shards would compose unevenly).
         """
+        if dtype is not None and check_dtype(dtype) != self.dtype:
+            raise StoreError(f"the store at {self.url} holds {self.dtype} states; it cannot be appended to in "
+                             f"{dtype}. Append in {self.dtype}, or build a new store with dtype={dtype!r}")
         with self._write_lock:
             return self._add([(str(cid), text) for cid, text in contexts], shard_size, batch_size, progress)
 
@@ -328,6 +324,7 @@ class StateStore:
             seen.add(cid)
         if not items:
             return []
+        self._check_writable()
         if progress is True:
             progress = tqdm_progress(f"encoding {len(items)} contexts")
         shard_size = shard_size or max(1, SHARD_BYTES // self.model.config.state_nbytes())
@@ -361,16 +358,12 @@ class StateStore:
     def _write_shard(self, cids: list[str], states: list[ContextState], index: int | None = None) -> int:
         from safetensors.torch import save_file
 
-        shapes = self.model.config.state_shapes()
-        tensors = {}
-        for cid, st in zip(cids, states, strict=True):
-            st.check_shapes(shapes, what=f"state of context {cid!r}")
-            tensors.update(st.to_tensors(prefix=f"{cid}/"))
+        tensors = shard_tensors(cids, states, self.model.config.state_shapes(), self.dtype)
         index = len(self._shards) if index is None else index
         name = f"shard-{index:05d}.safetensors"
         path = self.folder / name
         tmp = path.with_name(name + ".tmp")
-        save_file(tensors, str(tmp), metadata={"format": FORMAT, "fingerprint": self.fingerprint})
+        save_file(tensors, str(tmp), metadata={"format": FORMAT, "fingerprint": self.fingerprint, "dtype": self.dtype})
         os.replace(tmp, path)
         shard = _Shard(file=name, sha256=_sha256(path), nbytes=path.stat().st_size, ids=list(cids))
         with self._lock:
@@ -381,6 +374,11 @@ class StateStore:
             self._verified.add(index)
             self._bad.pop(index, None)
         return index
+
+    def _check_writable(self) -> None:
+        if self._remote is not None:
+            raise StoreError(f"the store at {self.url} is read-only here (opened from a URL); add contexts with "
+                             f"`python -m picaso_core.store build --out {self.url} ...`, or open a local copy")
 
     def _save_meta(self) -> None:
         self._meta["shards"] = [vars(s) for s in self._shards]
@@ -405,6 +403,8 @@ class StateStore:
 
     def _repair(self, progress: Progress | bool) -> list[str]:
         bad = self.check()
+        if bad:
+            self._check_writable()
         for file in bad:
             si = next(i for i, s in enumerate(self._shards) if s.file == file)
             cids = self._shards[si].ids
@@ -416,24 +416,55 @@ class StateStore:
                 self._save_meta()
         return bad
 
+    def _local_path(self, sh: _Shard) -> Path:
+        if self._remote is None:
+            return self.folder / sh.file
+        return self.folder / f"{sh.sha256[:16]}-{sh.file}"  # content-addressed: never stale
+
     def _check_size(self, i: int, sh: _Shard) -> None:
-        path = self.folder / sh.file
+        path = self._local_path(sh)
+        if self._remote is not None and not path.exists():
+            self._fetch(i, sh, path)
+            if i in self._bad:
+                return
         if not path.exists():
             self._bad[i] = "file missing"
         elif path.stat().st_size != sh.nbytes:
             self._bad[i] = f"{path.stat().st_size} bytes on disk, {sh.nbytes} written (truncated?)"
 
-    def _ensure_good(self, i: int) -> None:
+    def _fetch(self, i: int, sh: _Shard, path: Path) -> None:
+        """Copy a remote shard whole into the local cache (through a temporary file and a rename)."""
+        fs, root, _ = self._remote
+        src = f"{root}/{sh.file}"
+        if not fs.exists(src):
+            self._bad[i] = "file missing"
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        fs.get_file(src, str(tmp))
+        os.replace(tmp, path)
+
+    def _ensure_good(self, i: int) -> Path:
+        """The local path of shard i, checked (size; sha256 and fingerprint once) before first use."""
         sh = self._shards[i]
+        path = self._local_path(sh)
         if i not in self._bad and i not in self._verified:
             self._check_size(i, sh)
             if i not in self._bad and self._verify:
-                if _sha256(self.folder / sh.file) != sh.sha256:
+                if _sha256(path) != sh.sha256:
                     self._bad[i] = "sha256 differs from the one written at build time"
+                    if self._remote is not None:  # a bad download: the next open fetches it again
+                        path.unlink()
+                        self._bad[i] += "; the cached copy was deleted, reopen the store to fetch it again"
+            if i not in self._bad:
+                fp = _shard_header(path).get("fingerprint")
+                if fp not in (None, self.fingerprint):  # a shard copied in from another model's store
+                    self._bad[i] = f"its states were encoded by another model (fingerprint {fp[:12]}, store {self.fingerprint[:12]})"
             if i not in self._bad:
                 self._verified.add(i)
         if i in self._bad:
-            raise CorruptShardError(sh.file, self._bad[i], self.folder)
+            raise CorruptShardError(sh.file, self._bad[i], self.url, sh.worker)
+        return path
 
     # ---- cache -----------------------------------------------------------------------------
     def _remember(self, cid: str, state: ContextState) -> None:
@@ -455,4 +486,10 @@ class StateStore:
             raise KeyError(f"context id {cid!r} is not in the state store at {self.folder} ({len(self)} contexts)") from None
 
     def __repr__(self) -> str:
-        return f"StateStore({str(self.folder)!r}, {len(self)} contexts, {len(self._shards)} shards, {self.nbytes / 2**20:.1f} MiB)"
+        return f"StateStore({self.url!r}, {self.dtype}, {len(self)} contexts, {len(self._shards)} shards, {self.nbytes / 2**20:.1f} MiB)"
+
+
+if __name__ == "__main__":  # python -m picaso_core.store build ...
+    from picaso_core.store_build import main
+
+    main()

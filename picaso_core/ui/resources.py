@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from picaso_core.retrieval import Embedder, Retriever, SentenceEmbedder, embeddings_path
-from picaso_core.store import StateStore, StoreError, tqdm_progress
+from picaso_core.store import StateStore, StoreError, is_url, tqdm_progress
 
 # Every context is tokenised as text + "\n\n": the separator the demo model saw between contexts
 # and before the query (data/demo_world.py CONTEXT_SEP), and a paragraph break for real models.
@@ -167,17 +167,19 @@ def check_disk(model, n_contexts: int, folder: Path) -> None:
         )
 
 
-def open_or_build_store(model, database: dict[str, str], folder: Path, log: Callable[[str], None] = print,
-                        encode_all: bool = False) -> StateStore:
+def open_or_build_store(model, database: dict[str, str], folder: Path | str, log: Callable[[str], None] = print,
+                        encode_all: bool = False, remote_cache: Path | None = None) -> StateStore:
     """Open the store in `folder` (a new, empty one if there is none) for the contexts of `database`.
 
+    folder: a local folder, or the URL of a prebuilt store (read-only; its shards are cached in
+    `remote_cache`), which must then hold every context of `database`.
     encode_all: also encode every context of `database` the store lacks (otherwise they are
     encoded on first use, see `Resources.states`).
     """
-    if not (folder / "store.json").exists():
-        store = StateStore.build(model, [], folder, suffix=CONTEXT_SUFFIX, progress=False)
+    if is_url(folder) or (Path(folder) / "store.json").exists():
+        store = StateStore.open(folder, model, cache_dir=remote_cache)
     else:
-        store = StateStore.open(folder, model)
+        store = StateStore.build(model, [], folder, suffix=CONTEXT_SUFFIX, progress=False)
     if store.suffix != CONTEXT_SUFFIX:
         raise StoreError(f"{folder} was built with context suffix {store.suffix!r}, not {CONTEXT_SUFFIX!r}; delete the folder to rebuild it")
     changed = [cid for cid in store.ids if cid in database and database[cid] != store.text(cid)]
@@ -187,6 +189,11 @@ def open_or_build_store(model, database: dict[str, str], folder: Path, log: Call
             f"delete {folder} to rebuild the store"
         )
     new = [(cid, text) for cid, text in database.items() if cid not in store]
+    if store.remote and new:
+        raise StoreError(
+            f"the store at {folder} holds {len(database) - len(new)} of the corpus's {len(database)} contexts (e.g. "
+            f"{new[0][0]!r} is missing) and is read-only here; complete it with `python -m picaso_core.store build "
+            f"--out {folder}` (it encodes only what is missing), or keep fewer contexts (--max-contexts)")
     if encode_all and new:
         check_disk(model, len(new), folder)
         log(f"encoding {len(new)} contexts x {model.config.state_nbytes() / 2**20:.2f} MiB into the state store in {folder}")
@@ -215,11 +222,14 @@ def load_resources(
     log: Callable[[str], None] = print,
     encode_all: bool = False,
     database: str | Path | None = None,
+    store: str | None = None,
 ) -> Resources:
     """Load the model and corpus, open (or start) the state store and the retriever.
 
     corpus: demo | wikitext | msmarco | a .jsonl file; None: the `database` file alone (no samples).
     database: a database file ({"id", "text"} per line) whose chunks join a .jsonl corpus's.
+    store: a prebuilt store (`python -m picaso_core.store build`), a folder or an fsspec URL;
+    None: <cache_dir>/<corpus>-<split>-<fingerprint>, started empty and filled on use.
     max_contexts: use at most this many contexts (see `limit_corpus`); None: the whole corpus.
     encode_all: encode every context now (with a progress bar); default: on first use.
     """
@@ -241,8 +251,12 @@ def load_resources(
     times["corpus"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    folder = store_folder(Path(cache_dir), corpus, split, m.fingerprint(), max_contexts, database)
-    store = open_or_build_store(m, c.database, folder, log, encode_all)
+    if store and not is_url(store) and not (Path(store) / "store.json").exists():  # a typo must not start a new store
+        raise StoreError(f"no state store at {store}; build one with `python -m picaso_core.store build --model {model} "
+                         f"--corpus {corpus} --split {split} --out {store}`")
+    folder = store or store_folder(Path(cache_dir), corpus, split, m.fingerprint(), max_contexts, database)
+    store = open_or_build_store(m, c.database, folder, log, encode_all, remote_cache=Path(cache_dir) / "remote")
+    folder = store.folder  # a URL's local cache: the retriever's embeddings are kept there
     times["store"] = time.perf_counter() - t
 
     t = time.perf_counter()

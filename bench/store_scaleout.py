@@ -1,0 +1,234 @@
+"""The store build beyond one process: local vs Ray, disk and loss per dtype, a sizing table.
+
+    python bench/store_scaleout.py                      # all three parts, the demo model and corpus
+    python bench/store_scaleout.py --parts speed --contexts 200
+    python bench/store_scaleout.py --parts dtype --samples 50
+
+1. speed: `build_store` of the same contexts into fresh folders with the local engine (this
+   process, torch's threads) and the Ray engine (`--workers` actors of one CPU each on a local
+   Ray runtime), side by side in one run; contexts/s, with Ray's start-up (runtime, then the
+   actors loading the model) counted in its time and also shown apart. Run on a GPU machine, Ray
+   gives each actor a GPU and the local engine uses `--device`.
+2. dtype: the demo store built in float32, float16 and bfloat16 (local engine): disk per dtype
+   and encode time, then every method's mean continuation loss on the demo's held-out samples
+   (all their contexts, states read from each store) and its relative change vs float32
+   (target: at most 0.5%).
+3. sizing: disk and encode time of a store for the mamba2-130m / 370m / 2.7b shapes, computed from
+   their configs (state bytes per dtype) and a throughput in tokens/s (--gpu-tokens-per-s, the
+   2.7b figure measured on an H100 in bf16, scaled by parameter count for the smaller shapes:
+   an estimate, small models reach less of the GPU).
+Prints markdown tables and writes bench/out/store_scaleout-<parts>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from picaso_core import ModelConfig  # noqa: E402
+from picaso_core.store import DTYPES, StateStore  # noqa: E402
+from picaso_core.store_build import build_store  # noqa: E402
+
+# (name, d_model, n_layer, parameters) of the released checkpoints
+SHAPES = [("mamba2-130m", 768, 24, 130e6), ("mamba2-370m", 1024, 48, 370e6), ("mamba2-2.7b", 2560, 64, 2.7e9)]
+
+
+def state_bytes(cfg: ModelConfig, dtype: str) -> int:
+    """Bytes of one stored state: ssm and conv in `dtype`, log_decay in float32."""
+    shapes = cfg.state_shapes()
+    size = DTYPES[dtype].itemsize
+    return size * (math.prod(shapes["ssm"]) + math.prod(shapes["conv"])) + 4 * math.prod(shapes["log_decay"])
+
+
+def part_speed(model, contexts, workers: int, tmp: Path, local_threads: list[int]) -> dict:
+    import ray
+    import torch
+
+    out = {"local_by_threads": {}}
+    default = torch.get_num_threads()
+    for i, threads in enumerate(local_threads):  # the first count is the one compared below
+        torch.set_num_threads(threads)
+        t0 = time.perf_counter()
+        local = build_store(model, contexts, tmp / f"local{i}", progress=False)
+        out["local_by_threads"][threads] = time.perf_counter() - t0
+    torch.set_num_threads(default)
+    out["local_s"] = out["local_by_threads"][local_threads[0]]
+    t0 = time.perf_counter()
+    ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    out["ray_init_s"] = time.perf_counter() - t0
+    try:
+        t0 = time.perf_counter()
+        build_store(model, contexts, tmp / "ray", engine="ray", workers=workers, progress=False)
+        out["ray_s"] = time.perf_counter() - t0
+        # the actors' start-up alone: the same build of one context per worker into a new folder
+        t0 = time.perf_counter()
+        build_store(model, contexts[:workers], tmp / "ray_startup", engine="ray", workers=workers, shard_size=1,
+                    progress=False)
+        out["ray_actor_startup_s"] = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    # the first local build again: how much the machine's load drifted during the run
+    torch.set_num_threads(local_threads[0])
+    t0 = time.perf_counter()
+    build_store(model, contexts, tmp / "local_again", progress=False)
+    out["local_again_s"] = time.perf_counter() - t0
+    torch.set_num_threads(default)
+    a, b = StateStore.open(tmp / "local0", model), StateStore.open(tmp / "ray", model)
+    assert a.ids == b.ids
+    out["max_abs_diff"] = max(float((a.get(c).ssm - b.get(c).ssm).abs().max()) for c in a.ids)
+    n = len(contexts)
+    out.update(contexts=n, workers=workers, local_threads=local_threads[0], local_ctx_s=n / out["local_s"], ray_ctx_s=n / out["ray_s"],
+               ray_ctx_s_without_startup=n / max(1e-9, out["ray_s"] - out["ray_actor_startup_s"]),
+               local_shards=local["shards"])
+    return out
+
+
+def part_dtype(model, corpus, contexts, samples: int, tmp: Path) -> dict:
+    from picaso_core.evaluate import METHODS, METHOD_NAMES, run_methods
+
+    stores, rows = {}, {}
+    chosen = corpus.samples[:samples]
+    have = dict(contexts)
+    for s in chosen:  # plus the contexts the chosen samples use
+        for c, t in s.contexts:
+            have.setdefault(c, t)
+    contexts = list(have.items())
+    for dtype in DTYPES:
+        t0 = time.perf_counter()
+        build_store(model, contexts, tmp / dtype, dtype=dtype, progress=False)
+        secs = time.perf_counter() - t0
+        stores[dtype] = StateStore.open(tmp / dtype, model)
+        rows[dtype] = {"nbytes": stores[dtype].nbytes, "encode_s": secs, "contexts": len(contexts)}
+    tok = model.tokenizer
+    losses = {d: {m: [] for m in METHODS} for d in DTYPES}
+    for s in chosen:
+        ids = [cid for cid, _ in s.contexts]
+        for dtype, store in stores.items():
+            res = run_methods(model, tok.encode(s.query), tok.encode(s.continuation),
+                              [store.token_ids(c) for c in ids], store.get_many(ids), METHODS)
+            for r in res:
+                losses[dtype][r.method].append(r.loss)
+    for dtype in DTYPES:
+        mean = {m: statistics.fmean(v) for m, v in losses[dtype].items()}
+        ref = {m: statistics.fmean(v) for m, v in losses["float32"].items()}
+        rows[dtype]["loss"] = mean
+        rows[dtype]["rel_change"] = {m: (mean[m] - ref[m]) / ref[m] for m in METHODS}
+        # the largest change on any one sample, relative to that sample's float32 loss
+        rows[dtype]["max_sample_rel_change"] = {
+            m: max(abs(x - y) / y for x, y in zip(losses[dtype][m], losses["float32"][m])) for m in METHODS}
+    return {"samples": len(chosen), "names": METHOD_NAMES, "dtypes": rows}
+
+
+def part_sizing(demo_cfg, demo_rows: dict | None, gpu_tps: float, n_contexts: list[int], tokens: int) -> list[dict]:
+    rows = []
+    for name, d_model, n_layer, params in SHAPES:
+        cfg = ModelConfig(d_model=d_model, n_layer=n_layer, vocab_size=50277, pad_vocab_size_multiple=16,
+                          ssm_cfg=dict(layer="Mamba2"))
+        tps = gpu_tps * SHAPES[-1][3] / params  # by FLOPs (2 x params per token) from the 2.7b figure
+        for dtype in ("float32", "bfloat16"):
+            for n in n_contexts:
+                rows.append({"model": name, "dtype": dtype, "contexts": n, "state_mib": state_bytes(cfg, dtype) / 2**20,
+                             "disk_gib": n * state_bytes(cfg, dtype) / 2**30,
+                             "gpu_min": n * tokens / tps / 60, "source": "computed"})
+    if demo_rows:
+        for dtype, r in reversed(demo_rows.items()):
+            rows.insert(0, {"model": "demo", "dtype": dtype, "contexts": r["contexts"],
+                            "state_mib": state_bytes(demo_cfg, dtype) / 2**20, "disk_gib": r["nbytes"] / 2**30,
+                            "cpu_s": r["encode_s"], "source": "measured"})
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="demo")
+    p.add_argument("--parts", default="speed,dtype,sizing")
+    p.add_argument("--contexts", type=int, default=None, help="first N contexts of the demo test database (all)")
+    p.add_argument("--speed-contexts", type=int, default=None, help="the speed part's first N of those (all)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--local-threads", default="1,2", help="torch threads of the local builds (the first is compared)")
+    p.add_argument("--samples", type=int, default=200, help="held-out samples for the loss per dtype")
+    p.add_argument("--gpu-tokens-per-s", type=float, default=27e3, help="mamba2-2.7b bf16 on an H100 (issue 26)")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens per context in the sizing table")
+    p.add_argument("--device", default=None)
+    args = p.parse_args()
+    import torch
+
+    from picaso_core.data import load_corpus
+    from picaso_core.loading import load_model
+
+    model = load_model(args.model, device=args.device)
+    model.name_or_path = args.model
+    corpus = load_corpus("demo", "test")
+    contexts = list(corpus.database.items())[: args.contexts]
+    parts = set(args.parts.split(","))
+    result = {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "device": str(model.device)}
+    tmp = Path(tempfile.mkdtemp(prefix="store_scaleout-"))
+    try:
+        if "speed" in parts:
+            r = result["speed"] = part_speed(model, contexts[: args.speed_contexts], args.workers, tmp / "speed",
+                                                 [int(t) for t in args.local_threads.split(",")])
+            print(f"\n## speed: {r['contexts']} contexts, {result['cpus']} CPUs, local {r['local_threads']} threads vs "
+                  f"Ray {r['workers']} actors x 1 CPU\n")
+            print("| engine | seconds | contexts/s | vs local |\n|---|---|---|---|")
+            for threads, secs in r["local_by_threads"].items():
+                print(f"| local, {threads} torch threads | {secs:.1f} | {r['contexts'] / secs:.1f} | "
+                      f"{r['local_s'] / secs:.2f}x |")
+            print(f"| Ray, {r['workers']} workers (incl. actor start-up) | {r['ray_s']:.1f} | {r['ray_ctx_s']:.1f} | "
+                  f"{r['local_s'] / r['ray_s']:.2f}x |")
+            print(f"| local, {r['local_threads']} torch threads, again after Ray | {r['local_again_s']:.1f} | "
+                  f"{r['contexts'] / r['local_again_s']:.1f} | {r['local_s'] / r['local_again_s']:.2f}x |")
+            print(f"| Ray, minus the actors' start-up ({r['ray_actor_startup_s']:.1f} s) | "
+                  f"{r['ray_s'] - r['ray_actor_startup_s']:.1f} | {r['ray_ctx_s_without_startup']:.1f} | "
+                  f"{r['local_s'] / (r['ray_s'] - r['ray_actor_startup_s']):.2f}x |")
+            print(f"\nRay runtime start {r['ray_init_s']:.1f} s (not counted); states local vs Ray: max |diff| "
+                  f"{r['max_abs_diff']:.1e}")
+        if "dtype" in parts:
+            r = result["dtype"] = part_dtype(model, corpus, contexts, args.samples, tmp / "dtype")
+            names = r["names"]
+            print(f"\n## dtype: {r['dtypes']['float32']['contexts']} contexts; loss on {r['samples']} held-out samples, all their contexts\n")
+            print("| dtype | disk | vs float32 | encode + write (s) | "
+                  + " | ".join(names[m] for m in names) + " |")
+            print("|---|---|---|---|" + "---|" * len(names))
+            f32 = r["dtypes"]["float32"]["nbytes"]
+            for dtype, row in r["dtypes"].items():
+                cells = [f"{row['loss'][m]:.4f}" if dtype == "float32" else f"{100 * row['rel_change'][m]:+.3f}%"
+                         for m in names]
+                print(f"| {dtype} | {row['nbytes'] / 2**20:.1f} MiB | {row['nbytes'] / f32:.3f} | {row['encode_s']:.1f} | "
+                      + " | ".join(cells) + " |")
+            worst = {d: max(abs(v) for v in row["rel_change"].values()) for d, row in r["dtypes"].items()}
+            print("\nlargest |relative change| of a method's mean loss: "
+                  + ", ".join(f"{d} {100 * w:.3f}%" for d, w in worst.items() if d != "float32"))
+        if "sizing" in parts:
+            demo_rows = result.get("dtype", {}).get("dtypes")
+            rows = result["sizing"] = part_sizing(model.config, demo_rows, args.gpu_tokens_per_s, [1000, 36000],
+                                                  args.tokens)
+            print(f"\n## sizing ({args.tokens} tokens per context for the computed rows)\n")
+            print("| model | dtype | contexts | state | disk | encode time | |\n|---|---|---|---|---|---|---|")
+            for x in rows:
+                t = f"{x['cpu_s']:.0f} s (CPU)" if "cpu_s" in x else f"{x['gpu_min']:.1f} GPU-min (H100, est.)"
+                print(f"| {x['model']} | {x['dtype']} | {x['contexts']:,} | {x['state_mib']:.2f} MiB | "
+                      f"{x['disk_gib'] * 1024:.0f} MiB | {t} | {x['source']} |" if x["disk_gib"] < 1 else
+                      f"| {x['model']} | {x['dtype']} | {x['contexts']:,} | {x['state_mib']:.2f} MiB | "
+                      f"{x['disk_gib']:.1f} GiB | {t} | {x['source']} |")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = ROOT / "bench" / "out" / f"store_scaleout-{args.parts.replace(',', '-')}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
