@@ -22,13 +22,14 @@ import gradio as gr
 import pandas as pd
 import torch
 
+from picaso_core.assets import ASSETS
 from picaso_core.plots.coffee import NAMES, curves_figure, ih0_figure
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, whole_number
 from picaso_core.ui.resources import Resources
 
 TITLE = "COFFEE lab"
-SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "coffee" / "results.json"
+SHIPPED = ASSETS / "coffee" / "results.json"
 TASKS = {"ih": "Induction head (appendix D)", "ih0": "IH0 toy (sec. 5)", "digits": "Digits as pixel rows (table 7)"}
 LIVE_BATCH = 64          # small batches: on a CPU, steps (not sequences) are what COFFEE needs
 LIVE_LR = {"coffee": 0.02, "s6": 0.003}

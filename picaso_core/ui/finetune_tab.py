@@ -24,6 +24,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from picaso_core.assets import ASSETS
 from picaso_core import finetune as FT
 from picaso_core.plots import finetune as PF
 from picaso_core.ui.code import client_snippet, show_code
@@ -31,7 +32,7 @@ from picaso_core.ui.errors import bad_input, whole_number
 from picaso_core.ui.resources import Resources
 
 TITLE = "Fine-tuning"
-SHIPPED_DIR = Path(__file__).resolve().parents[2] / "assets" / "demo_model_bptc"
+SHIPPED_DIR = ASSETS / "demo_model_bptc"
 SHIPPED_COMMAND = "python scripts/finetune_demo.py"
 ENDPOINT, CANCEL_ENDPOINT = "/finetune", "/finetune_cancel"
 MAX_STEPS, MAX_K = 300, 10
