@@ -3,7 +3,6 @@ move a slider on and a student can check: recurrence = convolution, eigenvalues 
 vs selective Δ, Mamba-2 as attention with a structured mask, and complexity measured live.
 
 Handlers are plain functions (tested without a server) over picaso_core.lab.primer; figures come
-from picaso_core.assets import ASSETS
 from picaso_core.plots.primer. API endpoints, one per action:
     Client(url).predict(magnitude=0.9, phase=20, N=4, T=96, api_name="/primer_lti")
     Client(url).predict(selectivity=1.0, api_name="/primer_selective")
@@ -22,6 +21,7 @@ import gradio as gr
 import pandas as pd
 import torch
 
+from picaso_core.assets import ASSETS
 from picaso_core.lab import primer as lab
 from picaso_core.plots import primer as P
 from picaso_core.ui.code import client_snippet, show_code
@@ -34,8 +34,8 @@ DEFAULT_TEXT = ("Velmora is a city on the river Quell. It was founded in 1423 by
 MAX_TEXT_TOKENS = 256  # memory and Δ per token: one forward of the loaded model
 MAX_M_TOKENS = 128  # the T x T matrix M: a heatmap past ~128 tokens is unreadable
 MAX_LENGTH, MAX_LENGTHS = 16384, 8  # the live measurement (the README's table comes from the CLI)
-REFERENCE_LAMBDAS = (0.5, 0.9)
-SHIPPED = ASSETS / "primer_complexity.json"  # bench/primer_complexity.py --ship  # impulse responses drawn beside the slider's eigenvalue
+REFERENCE_LAMBDAS = (0.5, 0.9)  # impulse responses drawn beside the slider's eigenvalue
+SHIPPED = ASSETS / "primer_complexity.json"  # bench/primer_complexity.py --ship
 
 SLIDES_TABLE = """| Model | Training time | Memory | Autoregressive step |
 |---|---|---|---|
