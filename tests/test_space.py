@@ -82,6 +82,26 @@ def test_binary_and_large_files_go_through_lfs():
     assert not not_lfs, f"add these to .gitattributes: {not_lfs}"
 
 
+def test_no_tracked_file_is_an_lfs_pointer():
+    """The repository stores the weights themselves: a clone made without git-lfs (CI, a user's
+    plain `git clone`) must get the real files. LFS only matters in the Space clone of the README's
+    push recipe, where .gitattributes turns them into pointers."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = [f for f in subprocess.run(["git", "ls-files", "-z", "assets"], cwd=ROOT, capture_output=True,
+                                       text=True).stdout.split("\0") if f]
+    assert "assets/demo_model_bptc/model.safetensors" in files
+    blobs = subprocess.run(["git", "cat-file", "--batch-check=%(objectsize)"], cwd=ROOT, capture_output=True, text=True,
+                           input="".join(f"HEAD:{f}\n" for f in files)).stdout.split()
+    pointers = []
+    for f, size in zip(files, blobs):
+        if size.isdigit() and int(size) < 1024:
+            head = subprocess.run(["git", "cat-file", "-p", f"HEAD:{f}"], cwd=ROOT, capture_output=True).stdout[:64]
+            if head.startswith(b"version https://git-lfs"):
+                pointers.append(f)
+    assert not pointers, f"committed as LFS pointers (store them as plain blobs): {pointers}"
+
+
 def _readme_docker_commands() -> list[list[str]]:
     section = README[README.index("## Deploying as a Hugging Face Space"):README.index("## Real checkpoints")]
     cmds = []
