@@ -275,7 +275,7 @@ def render(res: Resources | None = None) -> None:
                 stop = gr.Button("Stop", variant="stop", elem_id="coffee-stop")
         with gr.Column(scale=2, min_width=480):
             status = gr.Markdown("Press **Train**: table 1's setting separates the two models within about 30 s.",
-                                 elem_id="coffee-status")
+                                 label="Status", elem_id="coffee-status")
             with gr.Row():
                 loss_plot = gr.Plot(label="Validation loss", elem_id="coffee-loss")
                 acc_plot = gr.Plot(label="Validation accuracy", elem_id="coffee-acc")
