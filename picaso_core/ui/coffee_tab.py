@@ -294,9 +294,9 @@ def render(res: Resources | None = None) -> None:
         ih0_train = gr.Radio([("embedding only (paper)", "embedding"), ("every parameter", "all")],
                              value="embedding", label="Learn")
         ih0_btn = gr.Button("Train IH0", elem_id="coffee-ih0-run")
-    ih0_md = gr.Markdown(elem_id="coffee-ih0-summary")
+    ih0_md = gr.Markdown(label="IH0 summary", elem_id="coffee-ih0-summary")
     ih0_plot = gr.Plot(label="IH0 trajectories", elem_id="coffee-ih0")
-    ih0_data = gr.JSON(visible=False)
+    ih0_data = gr.JSON(visible=False, label="IH0 data")
     py, cl = show_code(*snippets(check_inputs("ih", 16, 1, 1, 0, 8, 16, 3000, 30, 0)))
 
     def coffee_train(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed,
@@ -312,6 +312,7 @@ def render(res: Resources | None = None) -> None:
     ins = [task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed]
     ev = run.click(coffee_train, ins, [loss_plot, acc_plot, status, table, data, py, cl], api_name="coffee_train",
                    preprocess=False, concurrency_limit=2, concurrency_id="coffee-train", show_progress="minimal")
+
     def coffee_stop(request: gr.Request):
         stop_run(getattr(request, "session_hash", "") or "")
 
