@@ -388,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         model.name_or_path = args.model
         corpus = load_corpus(args.corpus, args.split)
         if args.max_contexts:
-            from picaso_core.ui.resources import limit_corpus  # the app's cut, so both see the same contexts
+            from picaso_core.data import limit_corpus  # the app's cut, so both see the same contexts
 
             corpus = limit_corpus(corpus, args.max_contexts)
         summary = build_store(model, list(corpus.database.items()), args.out, engine=args.engine,

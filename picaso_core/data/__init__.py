@@ -18,7 +18,7 @@ from pathlib import Path
 from picaso_core.assets import ASSETS
 from picaso_core.data.demo_world import CONTEXT_SEP, render_concat, render_parts, training_examples
 from picaso_core.data.jsonl import load_jsonl, read_chunks, read_samples, write_chunks, write_samples
-from picaso_core.data.schema import Corpus, RetrievalSample, qa_prompt
+from picaso_core.data.schema import Corpus, RetrievalSample, limit_corpus, qa_prompt
 from picaso_core.data.skills import format_demos, format_query, load_skill_tasks, skill_query
 
 DEMO_DATA_DIR = ASSETS / "demo_data"
@@ -27,7 +27,7 @@ CORPORA = ("demo", "wikitext", "msmarco")
 _DEFAULT_KIND = {"demo": "retrieval", "wikitext": "retrieval", "msmarco": "qa"}
 
 __all__ = [
-    "CONTEXT_SEP", "CORPORA", "Corpus", "RetrievalSample", "format_demos", "format_query", "load_corpus",
+    "CONTEXT_SEP", "CORPORA", "Corpus", "RetrievalSample", "format_demos", "format_query", "limit_corpus", "load_corpus",
     "load_demo", "load_jsonl", "load_skill_tasks", "qa_prompt", "read_chunks", "read_samples",
     "render_concat", "render_parts", "skill_query", "training_examples", "write_chunks", "write_samples",
 ]

@@ -117,3 +117,30 @@ class Corpus:
             return self.database
         skip = set(sample.exclude_ids)
         return {cid: text for cid, text in self.database.items() if cid not in skip}
+
+
+def limit_corpus(corpus, max_contexts: int):
+    """The corpus cut to at most `max_contexts` database chunks, for models whose states are large.
+
+    Samples are kept in order while all their candidate contexts fit; the rest of the budget goes
+    to database chunks in corpus order (for WikiText, whose samples carry no candidates, that is
+    the first `max_contexts` chunks).
+    """
+    if max_contexts < 1:
+        raise ValueError(f"max_contexts must be >= 1, got {max_contexts}")
+    keep: dict[str, str] = {}
+    samples = []
+    for s in corpus.samples:
+        new = [cid for cid in s.context_ids if cid not in keep]
+        if len(keep) + len(new) > max_contexts:
+            break
+        keep.update((cid, corpus.database[cid]) for cid in new)
+        samples.append(s)
+    for cid, text in corpus.database.items():
+        if len(keep) >= max_contexts:
+            break
+        keep.setdefault(cid, text)
+    if corpus.samples and not samples:
+        raise ValueError(f"max_contexts={max_contexts} is too small for even the first example's "
+                         f"{len(corpus.samples[0].contexts)} contexts; raise it")
+    return Corpus(corpus.name, corpus.split, samples, keep)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from picaso_core.data import limit_corpus  # noqa: F401  (re-exported: callers import it from here too)
 from picaso_core.retrieval import Embedder, Retriever, SentenceEmbedder, embeddings_path
 from picaso_core.store import StateStore, StoreError, is_url, tqdm_progress
 
@@ -122,35 +123,6 @@ def store_folder(cache_dir: Path, corpus_name: str | None, split: str, fingerpri
     limit = f"-max{max_contexts}" if max_contexts else ""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{corpus_name}-{split}{limit}")
     return Path(cache_dir) / f"{slug}-{fingerprint}"
-
-
-def limit_corpus(corpus, max_contexts: int):
-    """The corpus cut to at most `max_contexts` database chunks, for models whose states are large.
-
-    Samples are kept in order while all their candidate contexts fit; the rest of the budget goes
-    to database chunks in corpus order (for WikiText, whose samples carry no candidates, that is
-    the first `max_contexts` chunks).
-    """
-    from picaso_core.data import Corpus
-
-    if max_contexts < 1:
-        raise ValueError(f"max_contexts must be >= 1, got {max_contexts}")
-    keep: dict[str, str] = {}
-    samples = []
-    for s in corpus.samples:
-        new = [cid for cid in s.context_ids if cid not in keep]
-        if len(keep) + len(new) > max_contexts:
-            break
-        keep.update((cid, corpus.database[cid]) for cid in new)
-        samples.append(s)
-    for cid, text in corpus.database.items():
-        if len(keep) >= max_contexts:
-            break
-        keep.setdefault(cid, text)
-    if corpus.samples and not samples:
-        raise ValueError(f"max_contexts={max_contexts} is too small for even the first example's "
-                         f"{len(corpus.samples[0].contexts)} contexts; raise it")
-    return Corpus(corpus.name, corpus.split, samples, keep)
 
 
 def check_disk(model, n_contexts: int, folder: Path) -> None:
