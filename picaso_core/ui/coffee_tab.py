@@ -29,6 +29,8 @@ from picaso_core.ui.errors import bad_input, whole_number
 from picaso_core.ui.resources import Resources
 
 TITLE = "COFFEE lab"
+# the run table's columns (shown empty before a run, not as gradio's "1 2 3")
+RUN_COLUMNS = ("Model", "Parameters", "Steps", "Accuracy (this run)", "Loss (this run)", "Accuracy (paper)")
 SHIPPED = ASSETS / "coffee" / "results.json"
 TASKS = {"ih": "Induction head (appendix D)", "ih0": "IH0 toy (sec. 5)", "digits": "Digits as pixel rows (table 7)"}
 LIVE_BATCH = 64          # small batches: on a CPU, steps (not sequences) are what COFFEE needs
@@ -182,9 +184,8 @@ def outputs(args, hist, paper, runs, py, cl, done: bool):
               f"{runs['coffee'].cfg.batch}). Parameters: COFFEE {c['params']}, S6 {s['params']}."
               + (f" Data: {src}." if src else ""))
     table = pd.DataFrame([
-        {"Model": NAMES[m], "Parameters": last[m]["params"], "Steps": last[m]["step"],
-         "Accuracy (this run)": round(last[m]["accuracy"], 4), "Loss (this run)": round(last[m]["loss"], 4),
-         "Accuracy (paper)": paper.get(m, "–")} for m in ("coffee", "s6")])
+        dict(zip(RUN_COLUMNS, (NAMES[m], last[m]["params"], last[m]["step"], round(last[m]["accuracy"], 4),
+                               round(last[m]["loss"], 4), paper.get(m, "–")))) for m in ("coffee", "s6")])
     title = TASKS[args["task"]]
     data = {"args": args, "history": hist, "paper": paper, "done": done, "source": src}
     return (curves_figure(hist, "loss", title=f"{title}: validation loss"),
@@ -279,7 +280,8 @@ def render(res: Resources | None = None) -> None:
             with gr.Row():
                 loss_plot = gr.Plot(label="Validation loss", elem_id="coffee-loss")
                 acc_plot = gr.Plot(label="Validation accuracy", elem_id="coffee-acc")
-            table = gr.Dataframe(label="This run", interactive=False, elem_id="coffee-table")
+            table = gr.Dataframe(pd.DataFrame(columns=RUN_COLUMNS), label="This run", interactive=False,
+                                 elem_id="coffee-table")
     with gr.Accordion("Run data (JSON)", open=False):
         data = gr.JSON(label="curves")
     gr.Markdown("### Paper vs ours\nOur rows are the command-line runs in the README (2 shared CPU cores).")

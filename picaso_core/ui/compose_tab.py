@@ -462,7 +462,8 @@ def render(res: Resources) -> None:
     with gr.Accordion("What each method does", open=False):
         gr.Markdown(legend)
     with gr.Accordion("Runs in this session", open=False):
-        history_table = gr.Dataframe(label="Runs", interactive=False)
+        history_table = gr.Dataframe(pd.DataFrame(columns=["Query", "k", *LABEL.values()]), label="Runs",
+                                     interactive=False)
     with gr.Accordion("Results as data (what the API returns as `results`)", open=False):
         data = gr.JSON(label="Results")
     py_code, client_code = show_code()
