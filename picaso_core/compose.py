@@ -229,10 +229,12 @@ def compose_tokens(model, contexts_ids: Sequence[Sequence[int]], method: str,
         method: "concat": the state of the concatenation u_0 ⧺ ... ⧺ u_{n-1}, started from the
                 stored state of u_0 (`states[0]`, else encoded here) as the paper does;
             "picconcat_r": the mean of the states of the n rotations u_r ⧺ ... ⧺ u_{r-1}, in one
-                batched forward. The mean is the soup of the rotation states: ssm and conv (each
-                rotation's own last inputs) averaged; log_decay is their mean (all equal up to
+                batched forward (each from u_r's stored state `states[r]` when given). The mean
+                is the soup of the rotation states: ssm and conv (each rotation's own last inputs)
+                averaged; log_decay is their mean (all equal up to
                 rounding: each is the decay of all the tokens) and num_tokens the total.
-        states: the contexts' stored states (optional; concat uses states[0]).
+        states: the contexts' stored states (optional; concat starts from states[0], picconcat_r's
+            rotation r from states[r]).
     Returns:
         one ContextState.
     """
@@ -252,8 +254,13 @@ def compose_tokens(model, contexts_ids: Sequence[Sequence[int]], method: str,
         rest = [t for c in ids[1:] for t in c]
         return model.encode_context(rest, state=first) if rest else first
     n = len(ids)
-    rotations = [[t for c in ids[r:] + ids[:r] for t in c] for r in range(n)]
-    return mean_of_rotations(model.encode_contexts(rotations))  # each rotation is the whole text
+    if states is None:
+        rotations = [[t for c in ids[r:] + ids[:r] for t in c] for r in range(n)]
+        return mean_of_rotations(model.encode_contexts(rotations))  # each rotation is the whole text
+    # rotation r opens with context r, and its stored state is the reading of it: each rotation
+    # reads the other n-1 contexts from there (one batched forward, 1/n fewer tokens)
+    rests = [[t for c in ids[r + 1:] + ids[:r] for t in c] for r in range(n)]
+    return mean_of_rotations(model.encode_contexts(rests, states=list(states)))
 
 
 def mean_of_rotations(rotations: Sequence[ContextState]) -> ContextState:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import time
 from typing import Callable, Sequence
 
 import torch
@@ -119,35 +120,29 @@ def _pick(logits: Tensor, temperature: float, top_k: int | None, gens: list[torc
     return torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(gens)])
 
 
-@torch.no_grad()
-def generate_batch(model, prompt_ids, states: Sequence[ContextState | None] | ContextState,
-                   max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
-                   seed: int | None = None, stop_at_eos: bool = True) -> list[list[int]]:
-    """Continue `prompt_ids` after each of `states` (single states, None for the empty state, or one
-    batched ContextState): one batched prefill, then batched recurrent steps.
-
-    temperature 0 is greedy (token-identical to `model.generate` on each state alone); > 0 samples,
-    each row from a generator seeded with `seed` (None: one fresh random seed for all rows).
-    Returns one list of new token ids per state, EOS excluded (see the module docstring)."""
-    prompt = model._as_ids(prompt_ids)
+def _check_budget(prompt: Tensor, max_new_tokens, temperature: float, top_k: int | None) -> None:
     if prompt.numel() == 0:
         raise ValueError("generate needs a prompt of at least one token")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a whole number >= 0, got {max_new_tokens!r}")
     if temperature < 0 or (top_k is not None and top_k < 1):
         raise ValueError("temperature must be >= 0 and top_k >= 1")
-    st = _stacked_states(model, states)
-    b, V = st.batch_size, model.config.vocab_size
-    if max_new_tokens == 0:
-        model._check_ids(prompt[None])  # bad ids fail the same with or without a budget
-        return [[] for _ in range(b)]
 
-    hidden, st = model.hidden_states(prompt[None].expand(b, -1), st)  # the one prefill
-    logits = upcast(model.lm_head(hidden[:, -1]))[0][:, :V]
-    del hidden  # the prefill's activations are the peak; free them before decoding
+
+def _prefill(model, prompt: Tensor, st: ContextState) -> tuple[Tensor, Tensor, ContextState]:
+    """The one batched forward of the prompt from every row's state: the hidden states [b, t, D],
+    the next-token logits [b, lm_head's width] and the states after the prompt."""
+    hidden, after = model.hidden_states(prompt[None].expand(st.batch_size, -1), st)
+    return hidden, upcast(model.lm_head(hidden[:, -1]))[0], after
+
+
+def _decode(model, st: ContextState, logits: Tensor, max_new_tokens: int, temperature: float,
+            top_k: int | None, seed: int | None, stop_at_eos: bool) -> list[list[int]]:
+    """The decode loop from the states after the prompt and their next-token logits."""
+    b, V = st.batch_size, model.config.vocab_size
+    logits = logits[:, :V]
     step = _stepper(model, st)
     del st
-
     base = seed if seed is not None else torch.seed()
     gens = [torch.Generator(device=model.device).manual_seed(base) for _ in range(b)] if temperature > 0 else []
     eos = getattr(model.tokenizer, "eos_id", None) if stop_at_eos else None
@@ -168,3 +163,62 @@ def generate_batch(model, prompt_ids, states: Sequence[ContextState | None] | Co
             logits = step(nxt)[:, :V]
     out, length = out.cpu(), length.tolist()
     return [out[i, :length[i]].tolist() for i in range(b)]
+
+
+@torch.no_grad()
+def generate_batch(model, prompt_ids, states: Sequence[ContextState | None] | ContextState,
+                   max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
+                   seed: int | None = None, stop_at_eos: bool = True) -> list[list[int]]:
+    """Continue `prompt_ids` after each of `states` (single states, None for the empty state, or one
+    batched ContextState): one batched prefill, then batched recurrent steps.
+
+    temperature 0 is greedy (token-identical to `model.generate` on each state alone); > 0 samples,
+    each row from a generator seeded with `seed` (None: one fresh random seed for all rows).
+    Returns one list of new token ids per state, EOS excluded (see the module docstring)."""
+    prompt = model._as_ids(prompt_ids)
+    _check_budget(prompt, max_new_tokens, temperature, top_k)
+    st = _stacked_states(model, states)
+    if max_new_tokens == 0:
+        model._check_ids(prompt[None])  # bad ids fail the same with or without a budget
+        return [[] for _ in range(st.batch_size)]
+    hidden, logits, st = _prefill(model, prompt, st)
+    del hidden  # the prefill's activations are the peak; free them before decoding
+    return _decode(model, st, logits, max_new_tokens, temperature, top_k, seed, stop_at_eos)
+
+
+@torch.no_grad()
+def score_and_generate(model, prompt_ids, continuation_ids, states: Sequence[ContextState | None] | ContextState,
+                       max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
+                       seed: int | None = None, stop_at_eos: bool = True,
+                       timings: dict | None = None) -> tuple[list[float], list[list[int]]]:
+    """`model.continuation_losses(prompt, continuation, states)` and `generate_batch(prompt, states,
+    ...)` with the prompt read once: both start by reading the prompt from every state, so the
+    prefill's states and last logits serve the generation, and the scoring forward reads only the
+    continuation from the states after the prompt (the state-passing invariant: reading a ⧺ b
+    equals reading b from the state after a). Compose & compare's click does this for 7 states.
+
+    Returns (the mean NLL per continuation token of each state, the generated ids of each state);
+    the losses equal `continuation_losses`' up to float rounding, the generations are identical.
+    `timings`, if given, gets "score_s": the seconds until the losses were known (the same reading
+    of prompt and continuation that scoring alone does) and "generate_s": the rest."""
+    prompt, cont = model._as_ids(prompt_ids), model._as_ids(continuation_ids)
+    _check_budget(prompt, max_new_tokens, temperature, top_k)
+    if cont.numel() == 0:
+        raise ValueError("query and continuation must each have at least one token")
+    st = _stacked_states(model, states)
+    b = st.batch_size
+    t0 = time.perf_counter()
+    hidden, logits, st = _prefill(model, prompt, st)
+    del hidden
+    c_hidden, _ = model.hidden_states(cont[None].expand(b, -1), st)
+    # position i predicts continuation token i: the prompt's last logits, then the continuation's own
+    pred = torch.cat([logits[:, None], upcast(model.lm_head(c_hidden[:, :-1]))[0]], 1)
+    del c_hidden
+    target = cont.to(model.device)[None].expand(b, -1)
+    losses = torch.nn.functional.cross_entropy(pred.transpose(1, 2), target, reduction="none").mean(-1).tolist()
+    t1 = time.perf_counter()
+    gens = _decode(model, st, logits, max_new_tokens, temperature, top_k, seed, stop_at_eos) if max_new_tokens \
+        else [[] for _ in range(b)]
+    if timings is not None:
+        timings.update(score_s=t1 - t0, generate_s=time.perf_counter() - t1)
+    return losses, gens

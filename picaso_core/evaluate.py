@@ -77,17 +77,19 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
             reported in each result's `note`).
         methods: a subset of METHODS, in the order of the results.
         generate_tokens: > 0 also generates up to that many tokens after the query from each state
-            (all methods in one `generate_batch`: one prefill, then batched steps; EOS ends a row
-            and is not returned), with the same `seed` for every method; `temperature` 0 (the
-            default) is greedy, so methods differ only by their states.
+            (all methods in one `decode.score_and_generate`: the query's batched prefill serves the
+            scoring and the generation, then batched steps; EOS ends a row and is not returned),
+            with the same `seed` for every method; `temperature` 0 (the default) is greedy, so
+            methods differ only by their states.
         prebuilt: method -> its state, already built elsewhere (the experiments' shared prefixes,
             `compose.nested_token_states`); those methods get compose_s None (not timed here).
     Returns:
         one MethodResult per method. Each state is built and timed on its own (`compose_s`); the
-        states are then scored together in one `continuation_losses` call, 1.2-2.4x faster on
-        CPU than one call per state (bench/compose_speed.py: mamba2-130m shape, 7 states, 64
-        tokens). Every method's scoring is the same forward over the same tokens, so
-        `process_s` is that call's time divided by the number of methods, and the note says so.
+        states are then scored together in one batched call, 1.2-2.4x faster on CPU than one
+        call per state (bench/compose_speed.py: mamba2-130m shape, 7 states, 64 tokens). Every
+        method's scoring is the same forward over the same tokens, so `process_s` is that call's
+        time (the scoring part of it when generating too) divided by the number of methods, and
+        the note says so.
     """
     methods = _check_methods(methods)
     context_ids = [list(map(int, c)) for c in context_ids]
@@ -108,13 +110,21 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
         t0 = time.perf_counter()
         states.append(_build_state(model, method, context_ids, context_states))
         compose_s.append(time.perf_counter() - t0 if method != "none" else 0.0)
-    t0 = time.perf_counter()
-    losses = model.continuation_losses(query_ids, continuation_ids, states)
-    process_s = (time.perf_counter() - t0) / len(methods)
+    if generate_tokens > 0:
+        # every method scored and generated in one batch: the query is read once from each state
+        # (its states and last logits serve both), then the continuation, then batched recurrent
+        # steps (decode.score_and_generate)
+        from picaso_core.decode import score_and_generate
 
-    # every method's generation in one batched prefill + batched recurrent steps (decode.py)
-    gens = (model.generate_batch(query_ids, states, max_new_tokens=generate_tokens, temperature=temperature,
-                                 seed=seed) if generate_tokens > 0 else [None] * len(methods))
+        timings: dict = {}
+        losses, gens = score_and_generate(model, query_ids, continuation_ids, states, generate_tokens,
+                                          temperature=temperature, seed=seed, timings=timings)
+        process_s = timings["score_s"] / len(methods)
+    else:
+        t0 = time.perf_counter()
+        losses = model.continuation_losses(query_ids, continuation_ids, states)
+        process_s = (time.perf_counter() - t0) / len(methods)
+        gens = [None] * len(methods)
     results = []
     for method, loss, c_s, gen in zip(methods, losses, compose_s, gens):
         notes = [f"scored with the other {len(methods) - 1} methods in one batched call; process_s = its time "

@@ -316,13 +316,18 @@ class SSMLanguageModel(nn.Module):
 
     @torch.no_grad()
     def encode_contexts(self, contexts: Sequence, batch_size: int = 32,
-                        progress: Callable[[int, int], None] | None = None) -> list[ContextState]:
+                        progress: Callable[[int, int], None] | None = None,
+                        states: Sequence[ContextState] | None = None) -> list[ContextState]:
         """Batched `encode_context` of many contexts, equal to encoding each alone.
 
         Contexts are sorted by length and right-padded per batch; at pad positions dt = 0 (decay
         1, nothing written) and conv states are gathered from each row's own last inputs, so
-        padding never leaks into a state."""
+        padding never leaks into a state. `states` (one per context): read each context from its
+        own state instead of the empty one (`encode_context(c, state)`); an empty context returns
+        its state."""
         seqs = [self._as_ids(c) for c in contexts]
+        if states is not None and len(states) != len(seqs):
+            raise ValueError(f"{len(states)} start states for {len(seqs)} contexts")
         out: list[ContextState | None] = [None] * len(seqs)
         order = sorted(range(len(seqs)), key=lambda i: -seqs[i].numel())
         done = 0
@@ -330,13 +335,14 @@ class SSMLanguageModel(nn.Module):
             idx = [i for i in order[start:start + batch_size] if seqs[i].numel() > 0]
             for i in order[start:start + batch_size]:
                 if seqs[i].numel() == 0:
-                    out[i] = self.empty_state()
+                    out[i] = self.empty_state() if states is None else states[i]
             if idx:
                 lengths = torch.tensor([seqs[i].numel() for i in idx], device=self.device)
                 ids = torch.zeros(len(idx), int(lengths.max()), dtype=torch.long)
                 for r, i in enumerate(idx):
                     ids[r, : seqs[i].numel()] = seqs[i]
-                _, st = self.hidden_states(ids, None, lengths)
+                start_st = None if states is None else ContextState.stack([states[i].to(self.device) for i in idx])
+                _, st = self.hidden_states(ids, start_st, lengths)
                 for r, i in enumerate(idx):
                     out[i] = st[r]
             done += len(order[start:start + batch_size])

@@ -400,6 +400,12 @@ def test_compose_tokens_concat_and_picconcat_r(family):
     for f in ("ssm", "conv", "log_decay"):
         torch.testing.assert_close(getattr(pic, f), sum(getattr(s, f) for s in rots) / 3, rtol=1e-9, atol=1e-10)
     assert pic.num_tokens == 20
+    # with the stored states, rotation r reads the other contexts from u_r's state: the same mean
+    stored = [model.encode_context(c) for c in ctx]
+    pic_stored = compose_tokens(model, ctx, "picconcat_r", states=stored)
+    for f in ("ssm", "conv", "log_decay"):
+        torch.testing.assert_close(getattr(pic_stored, f), getattr(pic, f), rtol=1e-9, atol=1e-10)
+    assert pic_stored.num_tokens == 20
     one = compose_tokens(model, ctx[:1], "picconcat_r")
     torch.testing.assert_close(one.ssm, model.encode_context(ctx[0]).ssm, rtol=1e-9, atol=1e-10)
     with pytest.raises(ValueError, match="valid: \\('concat', 'picconcat_r'\\)"):

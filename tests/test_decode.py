@@ -150,3 +150,27 @@ def test_demo_generate_batch_equals_per_method_generate_for_all_seven_methods(de
     assert any(batched), batched
     res = run_methods(model, query, tok.encode(s.continuation), ctx, store, generate_tokens=16)
     assert [r.generation for r in res] == batched
+
+
+def test_score_and_generate_reads_the_query_once_for_both(family):
+    """score_and_generate = continuation_losses + generate_batch (the prefill shared): losses equal
+    to float rounding, generations identical, from states of different lengths (the empty one too),
+    for a one-token continuation as well; timings split into scoring and generation."""
+    from picaso_core.decode import score_and_generate
+
+    m = tiny_model(family)
+    states = [m.encode_context(_ids(n, seed=20 + n)) for n in CONTEXT_LENGTHS]
+    query = _ids(7, seed=1).tolist()
+    for cont in (_ids(11, seed=2).tolist(), _ids(1, seed=3).tolist()):
+        timings = {}
+        losses, gens = score_and_generate(m, query, cont, states, max_new_tokens=6, timings=timings)
+        ref = m.continuation_losses(query, cont, states)
+        assert losses == pytest.approx(ref, rel=1e-5, abs=1e-6)
+        assert gens == m.generate_batch(query, states, max_new_tokens=6)
+        assert timings["score_s"] > 0 and timings["generate_s"] > 0
+    losses, gens = score_and_generate(m, query, cont, states, max_new_tokens=0)
+    assert gens == [[] for _ in states] and losses == pytest.approx(m.continuation_losses(query, cont, states), rel=1e-5)
+    for bad in (dict(continuation_ids=[]), dict(prompt_ids=[]), dict(max_new_tokens=-1), dict(states=[])):
+        kw = dict(prompt_ids=query, continuation_ids=cont, states=states, max_new_tokens=4) | bad
+        with pytest.raises(ValueError):
+            score_and_generate(m, **kw)

@@ -50,6 +50,22 @@ def test_encode_contexts_equals_one_by_one(family):
             torch.testing.assert_close(getattr(st, k), getattr(one, k), atol=ATOL, rtol=1e-5)
 
 
+def test_encode_contexts_from_start_states_equals_one_by_one(family):
+    """encode_contexts(states=): each context read from its own start state (ragged, the empty
+    context returning its state, contexts shorter than the conv window)."""
+    m = tiny_model(family)
+    contexts = [_ids(n, seed=40 + n).tolist() for n in (5, 17, 1, 0, 2)]
+    starts = [m.encode_context(_ids(n, seed=60 + n)) for n in (3, 0, 8, 4, 1)]
+    batched = m.encode_contexts(contexts, batch_size=3, states=starts)
+    for ctx, start, st in zip(contexts, starts, batched):
+        one = m.encode_context(ctx, state=start)
+        assert st.num_tokens == start.num_tokens + len(ctx)
+        for k in ("ssm", "conv", "log_decay"):
+            torch.testing.assert_close(getattr(st, k), getattr(one, k), atol=ATOL, rtol=1e-5)
+    with pytest.raises(ValueError, match="2 start states for 5 contexts"):
+        m.encode_contexts(contexts, states=starts[:2])
+
+
 def test_states_are_float32_under_low_precision(family):
     m = tiny_model(family).to(torch.bfloat16)
     st = m.encode_context(_ids(10))
