@@ -220,7 +220,8 @@ def _f(x, spec=".3f") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def _skill_cell(sk: dict, k: int) -> str:
+def skill_cell(sk: dict, k: int) -> str:
+    """A model's skill accuracy at k, with its paired difference from the base where it has one."""
     a = (sk.get("mean") or {}).get(str(k), (sk.get("mean") or {}).get(k))
     if a is None:
         return "not run"
@@ -260,7 +261,7 @@ def report_markdown(report: dict) -> str:
         d = None if not base.get("lm_loss") else 100 * (r["lm_loss"] - base["lm_loss"]) / base["lm_loss"]
         sk = r.get("skills") or {}
         lines.append(f"| {ROW_NAMES.get(name, name)} | {_f(r['lm_loss'])} | {_f(d, '+.1f')}% | "
-                     + " | ".join(_skill_cell(sk, k) for k in SKILL_KS) + " |")
+                     + " | ".join(skill_cell(sk, k) for k in SKILL_KS) + " |")
     if report.get("train"):
         lines += ["", "### Training (same steps for BPTC and BP2C of one data kind)", "",
                   "| run | steps | examples | s / step (wall, shared CPU) | loss, first 10 steps | loss, last 10 steps |",
