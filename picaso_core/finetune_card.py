@@ -22,15 +22,16 @@ def model_card(report: dict, command: str) -> str:
     verdict = ("meets" if goal is not None and goal <= 2.0 else "does not meet")
     base, tuned = ms.get("base", {}), ms.get("bptc-retrieval", {})
     lm = (100 * (tuned["lm_loss"] - base["lm_loss"]) / base["lm_loss"]) if base.get("lm_loss") and tuned.get("lm_loss") else None
-    sk_b = (base.get("skills") or {}).get("mean") or {}
-    sk_t = (tuned.get("skills") or {}).get("mean") or {}
-    drops = {k: 100 * (sk_t[k] - sk_b[k]) for k in sk_b if k in sk_t}
+    paired = (tuned.get("skills") or {}).get("vs_base") or {}
+    lower = [k for k, v in paired.items() if v["lower"]]
     q_b, q_t = base.get("table1") or {}, tuned.get("table1") or {}
     short = [f"- Plain LM loss on held-out passages {lm:+.1f}% vs the base ({'within' if abs(lm) <= 3 else 'beyond'} the "
              "issue's 3%)." if lm is not None else "",
-             "- Skill accuracy vs the base (points, k = " + ", ".join(f"{k}: {v:+.0f}" for k, v in drops.items())
-             + f"): {'not lower' if all(v >= 0 for v in drops.values()) else 'lower at some k (the issue asks for not lower)'}; "
-             f"{base.get('skills', {}).get('items_per_task', '?')} items per task, so one item is 2 points." if drops else "",
+             "- Skill accuracy vs the base on all held-out items, paired (points ± standard error; k = "
+             + ", ".join(f"{k}: {100 * v['diff']:+.1f} ± {100 * v['diff_se']:.1f}" for k, v in paired.items())
+             + f"; {next(iter(paired.values()))['n_items']} items per k): "
+             + ("not lower beyond noise (sign test p >= 0.05 at every k)" if not lower else
+                f"lower at k = {', '.join(lower)} (sign test p < 0.05; the issue asks for not lower)") + "." if paired else "",
              f"- Held-out QA (all passages, table 1 layout): Concat {q_b.get('concat', 0):.3f} -> {q_t.get('concat', 0):.3f}, "
              f"PICASO-R {q_b.get('picaso_r', 0):.3f} -> {q_t.get('picaso_r', 0):.3f}: fine-tuning on retrieval data moves "
              "the QA losses (the paper's rows 2-3: about unchanged)." if q_b and q_t else ""]

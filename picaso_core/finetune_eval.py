@@ -32,6 +32,7 @@ FIG4_METHODS = ("none", "concat", "picaso_r", "picaso_s")
 TABLE1_METHODS = ("none", "concat", "soup", "caso", "picaso_r", "picaso_s")
 GAP_K = 5
 SKILL_KS = (0, 1, 4, 16)
+LOWER_P = 0.05  # "skill accuracy lower": a paired sign test over the items the models disagree on
 PAPER_TABLE1 = {  # PICASO table 1 (Mamba2-2.7B, MS MARCO validation): loss per method
     "Base": {"none": 2.42, "concat": 1.42, "soup": 2.04, "caso": 1.56, "picaso_r": 1.52, "picaso_s": 1.52},
     "BP2C-WikiText": {"none": 2.44, "concat": 1.44, "soup": 2.07, "caso": 1.53, "picaso_r": 1.50, "picaso_s": 1.50},
@@ -79,6 +80,46 @@ def passage_lm_loss(model, texts: Sequence[str]) -> float:
     return total / max(1, n)
 
 
+def skill_paired(base_hits: dict, tuned_hits: dict) -> dict[str, dict]:
+    """k -> the paired comparison of two models' skill outcomes (`skill_eval.skill_outcomes`, both on
+    the same prompts): accuracies as the mean over tasks (as `mean_accuracy`) with their binomial
+    standard errors, the difference with the standard error of the paired per-item differences, the
+    items only one model answers (`lost`: base right, tuned wrong; `won`: the reverse) and the exact
+    two-sided sign test over them. `lower` = the tuned model is lower beyond noise (p < LOWER_P)."""
+    tasks = sorted(base_hits)
+    out = {}
+    for k in sorted(base_hits[tasks[0]], key=int):
+        acc_b, acc_t, var_b, var_t, var_d, lost, won, n = 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0
+        for t in tasks:
+            b, u = [int(x) for x in base_hits[t][k]], [int(x) for x in tuned_hits[t][k]]
+            m = len(b)
+            pb, pt = sum(b) / m, sum(u) / m
+            d = [y - x for x, y in zip(b, u)]
+            md = sum(d) / m
+            acc_b, acc_t, n = acc_b + pb, acc_t + pt, n + m
+            var_b, var_t = var_b + pb * (1 - pb) / m, var_t + pt * (1 - pt) / m
+            var_d += sum((x - md) ** 2 for x in d) / max(1, m - 1) / m
+            lost, won = lost + d.count(-1), won + d.count(1)
+        T = len(tasks)
+        p = min(1.0, 2 * sum(math.comb(lost + won, i) for i in range(min(lost, won) + 1)) / 2 ** (lost + won))
+        out[str(k)] = {"n_items": n, "base": acc_b / T, "tuned": acc_t / T, "base_se": math.sqrt(var_b) / T,
+                       "tuned_se": math.sqrt(var_t) / T, "diff": (acc_t - acc_b) / T, "diff_se": math.sqrt(var_d) / T,
+                       "lost": lost, "won": won, "p_sign": p, "lower": acc_t < acc_b and p < LOWER_P}
+    return out
+
+
+def skill_row(model, max_items: int | None = None) -> dict:
+    """Skill accuracy (skill_eval, k = SKILL_KS) with each item's outcome kept for paired comparisons
+    (`hits`: task -> k -> one character per test item, "1" = answered right)."""
+    from picaso_core.skill_eval import mean_accuracy, skill_outcomes
+
+    hits = skill_outcomes(model, ks=SKILL_KS, max_items=max_items)
+    acc = {t: {k: sum(h) / len(h) for k, h in by_k.items()} for t, by_k in hits.items()}
+    return {"per_task": acc, "mean": mean_accuracy(acc), "max_items": max_items,
+            "n_items": sum(len(by_k[SKILL_KS[0]]) for by_k in hits.values()),
+            "hits": {t: {str(k): "".join("01"[x] for x in h) for k, h in by_k.items()} for t, by_k in hits.items()}}
+
+
 def own_candidates_gap(model, samples) -> dict:
     """PICASO-R vs Concat with each sample's own candidate contexts (3-5: gold + distractors, in the
     corpus's order; `evaluate.evaluate_samples`), the setting of the issue's baseline figure."""
@@ -89,13 +130,11 @@ def own_candidates_gap(model, samples) -> dict:
             "gap_pct": round(100 * (ml["picaso_r"] - ml["concat"]) / ml["concat"], 2)}
 
 
-def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True, skill_items: int = 5,
+def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True, skill_items: int | None = None,
                    ks: Sequence[int] = FIG4_KS, progress: bool = True) -> dict:
     """fig. 4 curves, table 1 row, table 2 row and the PICASO-R vs Concat gap of one model."""
     from picaso_core.data import DEMO_DATA_DIR, load_corpus
     from picaso_core.retrieval import Retriever, SentenceEmbedder
-    from picaso_core.skill_eval import mean_accuracy, skill_accuracy
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -125,20 +164,21 @@ def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True,
            "gap_own": own_candidates_gap(model, retrieval.samples[:samples]),
            "lm_loss": round(passage_lm_loss(model, list(retrieval.database.values())[:200]), 5)}
     if skills:
-        acc = skill_accuracy(model, ks=SKILL_KS, max_items=skill_items)
-        row["skills"] = {"per_task": acc, "mean": mean_accuracy(acc), "items_per_task": skill_items}
+        row["skills"] = skill_row(model, skill_items)  # all 158 held-out items x 4 k: ~10 s on a CPU
     row["eval_seconds"] = round(time.perf_counter() - t0, 1)
     (out_dir / "result.json").write_text(json.dumps(row, indent=1))
     return row
 
 
-def evaluate_runs(base: str, runs: dict[str, Path], out_dir: Path, samples: int = 40, skill_items: int = 5) -> dict:
-    """Evaluate the base model and every finished run folder; write <out_dir>/report.json."""
+def evaluate_runs(base: str, runs: dict[str, Path], out_dir: Path, samples: int = 40,
+                  skill_items: int | None = None) -> dict:
+    """Evaluate the base model and every finished run folder; write <out_dir>/report.json. Skill
+    accuracies of the runs come with a paired comparison against the base (`skills["vs_base"]`)."""
     from picaso_core.loading import load_model
 
     models = {"base": base, **{n: str(p) for n, p in runs.items() if (Path(p) / "model.safetensors").is_file()}}
     report = {"models": {}, "train": {}, "samples": samples, "date": time.strftime("%Y-%m-%d %H:%M"),
-              "threads": torch.get_num_threads()}
+              "threads": torch.get_num_threads(), "skill_items": skill_items}
     for name, where in models.items():
         cached = Path(out_dir) / name / "result.json"
         print(f"evaluating {name} ({where})", flush=True)
@@ -148,10 +188,14 @@ def evaluate_runs(base: str, runs: dict[str, Path], out_dir: Path, samples: int 
                 from picaso_core.data import load_corpus
 
                 row["gap_own"] = own_candidates_gap(load_model(where), load_corpus("demo", "test").samples[:samples])
-                cached.write_text(json.dumps(row, indent=1))
+            sk = row.get("skills") or {}
+            if "hits" not in sk or sk.get("max_items") != skill_items:  # written with another item budget
+                row["skills"] = skill_row(load_model(where), skill_items)
+            cached.write_text(json.dumps(row, indent=1))
         else:
-            row = evaluate_model(load_model(where), Path(out_dir) / name, samples,
-                                 skills=name in ("base", "bptc-retrieval", "bp2c-retrieval"), skill_items=skill_items)
+            row = evaluate_model(load_model(where), Path(out_dir) / name, samples, skill_items=skill_items)
+        if name != "base" and "base" in report["models"]:
+            row["skills"]["vs_base"] = skill_paired(report["models"]["base"]["skills"]["hits"], row["skills"]["hits"])
         report["models"][name] = row
         log = Path(where) / "train_log.json"
         if name != "base" and log.is_file():
@@ -176,6 +220,15 @@ def _f(x, spec=".3f") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def skill_cell(sk: dict, k: int) -> str:
+    """A model's skill accuracy at k, with its paired difference from the base where it has one."""
+    a = (sk.get("mean") or {}).get(str(k), (sk.get("mean") or {}).get(k))
+    if a is None:
+        return "not run"
+    v = (sk.get("vs_base") or {}).get(str(k))
+    return f"{100 * a:.0f}%" + ("" if not v else f" ({100 * v['diff']:+.1f} ± {100 * v['diff_se']:.1f}, p = {v['p_sign']:.2f})")
+
+
 def report_markdown(report: dict) -> str:
     """Table 1 (ours beside the paper's rows), the gap, table 2 analog, training cost."""
     ms = report["models"]
@@ -197,15 +250,18 @@ def report_markdown(report: dict) -> str:
                      f"{_f(g.get('picaso_r'))} | {_f(g.get('gap_pct'), '+.1f')}% | {_f(o.get('concat'))} | "
                      f"{_f(o.get('picaso_r'))} | {_f(o.get('gap_pct'), '+.1f')}% |")
     base = ms.get("base", {})
+    n_items = (base.get("skills") or {}).get("n_items")
     lines += ["", "### Table 2 analog: general ability (plain LM loss on 200 held-out passages; skill accuracy, "
-              "greedy exact match)", "", "| model | LM loss | vs base | " + " | ".join(f"skills k={k}" for k in SKILL_KS)
-              + " |", "|---|---|---|" + "---|" * len(SKILL_KS)]
+              f"greedy exact match on {n_items or 'some'} held-out items per k, mean over tasks)", "",
+              "A run's skill cell: accuracy (difference from the base in points ± its paired standard error; sign test "
+              "over the items only one model answers). Both models answer the same prompts.", "",
+              "| model | LM loss | vs base | " + " | ".join(f"skills k={k}" for k in SKILL_KS) + " |",
+              "|---|---|---|" + "---|" * len(SKILL_KS)]
     for name, r in ms.items():
         d = None if not base.get("lm_loss") else 100 * (r["lm_loss"] - base["lm_loss"]) / base["lm_loss"]
-        sk = (r.get("skills") or {}).get("mean") or {}
-        acc = [sk.get(k, sk.get(str(k))) for k in SKILL_KS]
+        sk = r.get("skills") or {}
         lines.append(f"| {ROW_NAMES.get(name, name)} | {_f(r['lm_loss'])} | {_f(d, '+.1f')}% | "
-                     + " | ".join("not run" if a is None else f"{100 * a:.0f}%" for a in acc) + " |")
+                     + " | ".join(skill_cell(sk, k) for k in SKILL_KS) + " |")
     if report.get("train"):
         lines += ["", "### Training (same steps for BPTC and BP2C of one data kind)", "",
                   "| run | steps | examples | s / step (wall, shared CPU) | loss, first 10 steps | loss, last 10 steps |",

@@ -36,6 +36,43 @@ def answer(model, prompt: str, max_new_tokens: int = 8) -> str:
     return tok.decode(out).split("\n")[0].strip()
 
 
+def skill_outcomes(
+    model,
+    tasks: Sequence[str] | None = None,
+    ks: Sequence[int] = DEFAULT_KS,
+    seed: int = 0,
+    max_items: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, dict[int, list[bool]]]:
+    """Task -> k -> per-item exact match (test items in a fixed order), so two models can be compared
+    item by item (a paired test: both answer the same prompts). Arguments as in `skill_accuracy`."""
+    train = load_skill_tasks("train")
+    test = load_skill_tasks("test")
+    if tasks is None:
+        tasks = [t for t in sorted(train) if not t.endswith(SHUFFLED_SUFFIX)]
+    unknown = [t for t in tasks if t not in train]
+    if unknown:
+        raise ValueError(f"unknown skill tasks {unknown}; known: {sorted(train)}")
+    if any(k < 0 for k in ks):
+        raise ValueError(f"k must be >= 0, got {list(ks)}")
+    todo = {t: sorted(test[t])[:max_items] for t in tasks}
+    total, done = sum(len(v) for v in todo.values()) * len(ks), 0
+    out: dict[str, dict[int, list[bool]]] = {}
+    for t in tasks:
+        out[t] = {}
+        for k in ks:
+            hits = []
+            for q, a in todo[t]:
+                rng = random.Random(f"{seed}-{t.removesuffix(SHUFFLED_SUFFIX)}-{k}-{q}")
+                budget = len(model.tokenizer.encode(f" {a}\n")) + 2  # room for the whole answer line
+                hits.append(answer(model, skill_prompt(train[t], q, k, rng), budget) == a)
+                done += 1
+                if progress:
+                    progress(done, total)
+            out[t][k] = hits
+    return out
+
+
 def skill_accuracy(
     model,
     tasks: Sequence[str] | None = None,
@@ -52,31 +89,8 @@ def skill_accuracy(
         max_items: ask at most this many test items per task (the first in a fixed order), for
             quick checks; default all of them.
     """
-    train = load_skill_tasks("train")
-    test = load_skill_tasks("test")
-    if tasks is None:
-        tasks = [t for t in sorted(train) if not t.endswith(SHUFFLED_SUFFIX)]
-    unknown = [t for t in tasks if t not in train]
-    if unknown:
-        raise ValueError(f"unknown skill tasks {unknown}; known: {sorted(train)}")
-    if any(k < 0 for k in ks):
-        raise ValueError(f"k must be >= 0, got {list(ks)}")
-    todo = {t: sorted(test[t])[:max_items] for t in tasks}
-    total, done = sum(len(v) for v in todo.values()) * len(ks), 0
-    acc: dict[str, dict[int, float]] = {}
-    for t in tasks:
-        acc[t] = {}
-        for k in ks:
-            correct = 0
-            for q, a in todo[t]:
-                rng = random.Random(f"{seed}-{t.removesuffix(SHUFFLED_SUFFIX)}-{k}-{q}")
-                budget = len(model.tokenizer.encode(f" {a}\n")) + 2  # room for the whole answer line
-                correct += answer(model, skill_prompt(train[t], q, k, rng), budget) == a
-                done += 1
-                if progress:
-                    progress(done, total)
-            acc[t][k] = correct / len(todo[t])
-    return acc
+    hits = skill_outcomes(model, tasks, ks, seed, max_items, progress)
+    return {t: {k: sum(h) / len(h) for k, h in by_k.items()} for t, by_k in hits.items()}
 
 
 def mean_accuracy(acc: dict[str, dict[int, float]]) -> dict[int, float]:

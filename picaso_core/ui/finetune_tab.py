@@ -86,16 +86,15 @@ def table1_frame(report: dict | None) -> pd.DataFrame:
 
 
 def table2_frame(report: dict | None) -> pd.DataFrame:
-    from picaso_core.finetune_eval import ROW_NAMES, SKILL_KS
+    from picaso_core.finetune_eval import ROW_NAMES, SKILL_KS, skill_cell
 
-    cols = ["Model", "LM loss (held-out passages)", *[f"Skills, k={k}" for k in SKILL_KS]]
+    cols = ["Model", "LM loss (held-out passages)", *[f"Skills, k={k} (vs base: points ± SE, sign test)" for k in SKILL_KS]]
     if not report:
         return pd.DataFrame(columns=cols)
     rows = []
     for name, r in report["models"].items():
-        sk = (r.get("skills") or {}).get("mean") or {}
         rows.append([ROW_NAMES.get(name, name), None if r.get("lm_loss") is None else round(r["lm_loss"], 3),
-                     *[None if str(k) not in sk else f"{100 * sk[str(k)]:.0f}%" for k in SKILL_KS]])
+                     *[skill_cell(r.get("skills") or {}, k) for k in SKILL_KS]])
     return pd.DataFrame(rows, columns=cols)
 
 
