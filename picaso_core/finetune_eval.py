@@ -220,13 +220,14 @@ def _f(x, spec=".3f") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def skill_cell(sk: dict, k: int) -> str:
+def skill_cell(sk: dict, k: int, with_p: bool = True) -> str:
     """A model's skill accuracy at k, with its paired difference from the base where it has one."""
     a = (sk.get("mean") or {}).get(str(k), (sk.get("mean") or {}).get(k))
     if a is None:
         return "not run"
     v = (sk.get("vs_base") or {}).get(str(k))
-    return f"{100 * a:.0f}%" + ("" if not v else f" ({100 * v['diff']:+.1f} ± {100 * v['diff_se']:.1f}, p = {v['p_sign']:.2f})")
+    p = f", p = {v['p_sign']:.2f}" if v and with_p else ""
+    return f"{100 * a:.0f}%" + ("" if not v else f" ({100 * v['diff']:+.1f} ± {100 * v['diff_se']:.1f}{p})")
 
 
 def report_markdown(report: dict) -> str:

@@ -138,3 +138,24 @@ def test_bad_input_names_the_fix():
     with pytest.raises(ValueError, match="disjoint"):
         FT.check_disjoint(Corpus("t", "train", [s], {"x": "chunk text"}),
                           [Corpus("e", "test", [RetrievalSample("b", "q", " c")], {"y": "chunk text"})])
+
+
+def test_skill_paired_compares_the_same_items_of_two_models():
+    """finetune_eval.skill_paired: accuracy = mean over tasks, the paired SE of the per-item
+    differences, and the exact sign test over the items only one model answers."""
+    from picaso_core.finetune_eval import skill_paired
+
+    base = {"a": {"1": "1111100000"}, "b": {"1": "11110000"}}
+    same = skill_paired(base, base)["1"]
+    assert same["diff"] == 0 and same["diff_se"] == 0 and same["p_sign"] == 1 and not same["lower"]
+    assert same["n_items"] == 18 and same["base"] == pytest.approx((0.5 + 0.5) / 2)
+    assert same["base_se"] == pytest.approx(((0.25 / 10 + 0.25 / 8) ** 0.5) / 2)
+    worse = skill_paired(base, {"a": {"1": "0000000000"}, "b": {"1": "00000000"}})["1"]  # loses all 9 right items
+    assert (worse["lost"], worse["won"]) == (9, 0) and worse["p_sign"] == pytest.approx(2 / 2 ** 9) and worse["lower"]
+    assert worse["diff"] == pytest.approx(-0.5)
+    # per task: d = -1 on half the items; SE = sqrt(sum_t s_t^2 / n_t) / T with the sample variance s_t^2
+    var_a = sum((x - (-0.5)) ** 2 for x in [-1] * 5 + [0] * 5) / 9 / 10
+    var_b = sum((x - (-0.5)) ** 2 for x in [-1] * 4 + [0] * 4) / 7 / 8
+    assert worse["diff_se"] == pytest.approx((var_a + var_b) ** 0.5 / 2)
+    mixed = skill_paired(base, {"a": {"1": "0111110000"}, "b": {"1": "11110000"}})["1"]  # one lost, one won
+    assert (mixed["lost"], mixed["won"], mixed["diff"], mixed["p_sign"], mixed["lower"]) == (1, 1, 0, 1, False)

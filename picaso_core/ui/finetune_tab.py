@@ -88,13 +88,13 @@ def table1_frame(report: dict | None) -> pd.DataFrame:
 def table2_frame(report: dict | None) -> pd.DataFrame:
     from picaso_core.finetune_eval import ROW_NAMES, SKILL_KS, skill_cell
 
-    cols = ["Model", "LM loss (held-out passages)", *[f"Skills, k={k} (vs base: points ± SE, sign test)" for k in SKILL_KS]]
+    cols = ["Model", "LM loss (held-out passages)", *[f"Skills, k={k}" for k in SKILL_KS]]
     if not report:
         return pd.DataFrame(columns=cols)
     rows = []
     for name, r in report["models"].items():
         rows.append([ROW_NAMES.get(name, name), None if r.get("lm_loss") is None else round(r["lm_loss"], 3),
-                     *[skill_cell(r.get("skills") or {}, k) for k in SKILL_KS]])
+                     *[skill_cell(r.get("skills") or {}, k, with_p=False) for k in SKILL_KS]])
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -264,7 +264,8 @@ def render(res: Resources) -> None:
                     label="Training loss of the shipped model", elem_id="ft-shipped-curve")
     gr.Dataframe(table1_frame(report), label="Table 1 layout: held-out QA, all passages (loss, nats / token)",
                  interactive=False, elem_id="ft-table1")
-    gr.Dataframe(table2_frame(report), label="Table 2 analog: general ability", interactive=False, elem_id="ft-table2")
+    gr.Dataframe(table2_frame(report), label="Table 2 analog: general ability (skills on every held-out item; a "
+                 "run's: accuracy (vs base, points ± paired standard error))", interactive=False, elem_id="ft-table2")
     gr.Markdown(f"Regenerate the shipped fine-tune, its evaluation and model card: `{SHIPPED_COMMAND}`",
                 elem_classes="px-note")
 
