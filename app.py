@@ -6,7 +6,7 @@
 
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
 line): PICASO_MODEL, PICASO_CORPUS, PICASO_DATABASE, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
-PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_ENCODE_ALL, PICASO_STORE, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
+PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_DTYPE, PICASO_ENCODE_ALL, PICASO_STORE, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
 over its variable.
 
 The model, corpus, state store and retriever load once (picaso_core.ui.resources) and are shared
@@ -25,7 +25,8 @@ import gradio as gr
 from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose_tab, finetune_tab, landscape_tab,
                             primer_tab, soup_tab)
 from picaso_core.ui.layout import CSS, THEME, header
-from picaso_core.ui.resources import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, Resources, load_resources
+from picaso_core.ui.resources import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources,
+                                      load_resources)
 
 TABS = (compose_tab, soup_tab, landscape_tab, attribution_tab, benchmarks_tab, finetune_tab, primer_tab, coffee_tab)
 
@@ -65,6 +66,9 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    help="a prebuilt state store (python -m picaso_core.store build): a folder or an fsspec URL "
                    "(s3://, gs://, hf://), read lazily; default: one under --cache-dir, filled on use [PICASO_STORE]")
     p.add_argument("--device", default=env.get("PICASO_DEVICE") or None, help="cpu, cuda, ... [PICASO_DEVICE]")
+    p.add_argument("--dtype", default=env.get("PICASO_DTYPE") or "float32", choices=DTYPES,
+                   help="weights and activations; states stay float32 (bfloat16 halves a GPU's weight reads) "
+                        "[PICASO_DTYPE]")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
     p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT") or env.get("PORT") or 7860),
@@ -78,7 +82,8 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
-                         args.device, encode_all=args.encode_all, database=args.database, store=args.store)
+                         args.device, encode_all=args.encode_all, database=args.database, store=args.store,
+                         dtype=args.dtype)
     demo = build_app(res)
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")

@@ -182,6 +182,9 @@ def shipped_embeddings(corpus_name: str, split: str, embedder_name: str) -> list
     return [DEMO_DATA_DIR / f"{split}_database.{embedder_name}.safetensors"]
 
 
+DTYPES = ("float32", "bfloat16", "float16")  # load_resources(dtype=), app.py --dtype
+
+
 def load_resources(
     model: str = "demo",
     corpus: str | None = "demo",
@@ -195,6 +198,7 @@ def load_resources(
     encode_all: bool = False,
     database: str | Path | None = None,
     store: str | None = None,
+    dtype: str = "float32",
 ) -> Resources:
     """Load the model and corpus, open (or start) the state store and the retriever.
 
@@ -204,13 +208,20 @@ def load_resources(
     None: <cache_dir>/<corpus>-<split>-<fingerprint>, started empty and filled on use.
     max_contexts: use at most this many contexts (see `limit_corpus`); None: the whole corpus.
     encode_all: encode every context now (with a progress bar); default: on first use.
+    dtype: the weights' and activations' dtype, "float32", "bfloat16" or "float16" (states stay
+    float32; another dtype is another model fingerprint, so another store).
     """
+    import torch
+
     from picaso_core.data import load_corpus
     from picaso_core.loading import load_model
 
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
     times: dict[str, float] = {}
     t = time.perf_counter()
-    m = load_model(model, device=device)
+    m = load_model(model, device=device, dtype=getattr(torch, dtype))
     m.name_or_path = model  # recorded in the store, named when another model's store is refused
     times["model"] = time.perf_counter() - t
 
