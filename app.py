@@ -24,7 +24,7 @@ import gradio as gr
 
 from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose_tab, finetune_tab, landscape_tab,
                             primer_tab, soup_tab)
-from picaso_core.ui.layout import CSS, THEME, header
+from picaso_core.ui.layout import CSS, JS, THEME, header
 from picaso_core.ui.resources import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources,
                                       load_resources)
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     # Each event sets its own concurrency_limit (Compose: 2, see compose_tab.CONCURRENCY);
     # events that set none run one at a time, gradio's default.
     demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS,
-                                                   show_error=True)
+                                                   js=JS, show_error=True)
 
 
 if __name__ == "__main__":

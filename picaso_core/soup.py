@@ -491,7 +491,7 @@ def two_task_mix(model, state_a: ContextState, state_b: ContextState, prompt: st
     mixes = [compose("weighted", [state_a, state_b], weights=[float(w), 1.0 - float(w)]) for w in ws]
     gens = model.generate_batch(tok.encode(prompt), mixes, max_new_tokens=max_new_tokens)  # all w at once
     losses = {a.strip(): score_answer(model, mixes, prompt, a)[0] for a in answers}  # one forward per answer
-    return [{"w": float(w), "generation": tok.decode(gen).split("\n")[0].strip(),
+    return [{"w": float(w), "generation": tok.display_text(gen).split("\n")[0].strip(),
              "losses": {a: v[i] for a, v in losses.items()}} for i, (w, gen) in enumerate(zip(ws, gens))]
 
 

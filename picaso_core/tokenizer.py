@@ -127,6 +127,20 @@ class Tokenizer:
         """Text of `ids`; special tokens are kept, so decode(encode(x)) == x for byte-level BPE."""
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the special tokens (EOS, padding, ...): markers for the model, never text for a user."""
+        ids = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        return frozenset(ids | ({self.eos_id} if self.eos_id is not None else set()))
+
+    def display_text(self, ids: Sequence[int]) -> str:
+        """What a user is shown of generated ids: cut at the first EOS (generation ends there), then
+        decoded with the special tokens left out."""
+        ids = list(ids)
+        if self.eos_id is not None and self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
+        return self._tok.decode(ids, skip_special_tokens=True)
+
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         """Each id's text on its own (for display); multi-byte characters may split across ids."""
         return [self._tok.decode([i], skip_special_tokens=False) for i in ids]

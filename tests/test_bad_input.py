@@ -45,8 +45,9 @@ BAD = [
     (dict(query="Velmora", example="no-such"), r"^unknown example 'no-such': pick one from .*\(e\.g\. 'q-velmora'\)"),
     (dict(query="Velmora", example=3), r"^example must be an example id"),
     (dict(query="Velmora", most_relevant_last="yes"), r"^most_relevant_last must be true or false"),
-    (dict(query="Velmora " * 5000), r"^The query holds \d+ tokens; this app reads at most 4096\. Shorten it\.$"),
-    (dict(query="Velmora " * 5000, continuation=" x"), r"^The query and continuation hold \d+ tokens; .*Shorten them\.$"),
+    (dict(query="Velmora " * 5000), r"^query is 40,000 characters long; this app takes at most 4,000\. Shorten it\.$"),
+    (dict(query="🧩" * 700, continuation="🧩" * 700),  # several byte-level tokens per character
+     r"^The query and continuation hold \d+ tokens; .*Shorten them\.$"),
 ]
 
 
@@ -93,7 +94,7 @@ CLIENT_BAD = [
     (dict(query="x", example="no-such"), "unknown example 'no-such'"),
     (dict(query="Velmora", k=2.5), "k must be a whole number from 1 to 8, got 2.5"),
     (dict(query="x", k="five"), "k must be a whole number from 1 to 8, got 'five'"),
-    (dict(query="word " * 5000), "The query holds"),
+    (dict(query="word " * 5000), "query is 25,000 characters long; this app takes at most 4,000"),
 ]
 
 

@@ -56,7 +56,7 @@ def test_live_sweep_with_other_retrievers_adds_the_baseline(res, retriever):  # 
 @pytest.mark.parametrize("kw, message", [
     (dict(ks="a"), "k list"), (dict(ks="0,20"), "k up to 10"), (dict(ks=""), "at least one k"),
     (dict(samples=0), "samples must be"), (dict(methods=[]), "pick methods"), (dict(methods=["nope"]), "unknown"),
-    (dict(retriever="tfidf"), "unknown retriever"),
+    (dict(retriever="tfidf"), "retriever must be one of minilm, bm25, random"),
 ])
 def test_live_sweep_rejects_bad_input_with_a_message(res, kw, message):  # noqa: F811
     args = dict(samples=1, ks="0,1", methods=["none", "picaso_r"], retriever="minilm") | kw

@@ -19,12 +19,17 @@ import pandas as pd
 
 from picaso_core.plots import attribution as plots
 from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.errors import bad_input, id_list, text, whole_number
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Attribution"
 MAX_CONTEXTS = 10  # the app's context limit: at most this many contexts per attribution request
 MAX_ANSWER_TOKENS = 64
+# Characters a query or a typed answer may hold: the cost of every method grows with the query's
+# tokens (a 20,000-character query took 3 minutes), and the demo's questions are ~100 characters.
+MAX_QUERY_CHARS, MAX_ANSWER_CHARS = 1000, 500
+ENDPOINT = "/attribute"
 PRECISION_MAX_SAMPLES = 200
 METHODS = ("loi", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r", "surrogate")
 NAMES = {"loi": "LOI", "concat": "Concat-LOO", "soup": "Soup-LOO", "caso": "CASO-LOO", "picaso_s": "PICASO-S-LOO",
@@ -100,45 +105,49 @@ def pick_example(res: Resources, sample_id: str | None) -> tuple[str, str, list[
     return s.query, s.continuation, list(s.context_ids)
 
 
-def choose_contexts(res: Resources, query: str, k: int, picked: list[str] | None) -> list[str]:
+def check_query(query, endpoint: str = ENDPOINT) -> str:
+    """The raw query input: text of at most MAX_QUERY_CHARS characters, not blank."""
+    query = text("query", query, endpoint, MAX_QUERY_CHARS)
+    if not query.strip():
+        raise bad_input("Type a query, or pick an example from the corpus.", endpoint)
+    return query
+
+
+def choose_contexts(res: Resources, query: str, k: int, picked: list[str] | None, endpoint: str = ENDPOINT) -> list[str]:
     """Hand-picked ids in their order, else the top-k retrieved, most relevant last. Refuses none,
     unknown ids, more than MAX_CONTEXTS, and more than res.max_tokens context tokens in total."""
-    if not query or not query.strip():
-        raise gr.Error("Type a query, or pick an example from the corpus.")
+    query = check_query(query, endpoint)
+    picked = id_list("contexts", picked, endpoint)
+    if len(picked) > MAX_CONTEXTS:
+        raise bad_input(f"{len(picked)} contexts picked; this app attributes at most {MAX_CONTEXTS}: pick fewer", endpoint)
     if picked:
         unknown = [c for c in picked if c not in res.database]
         if unknown:
-            raise gr.Error(f"unknown context ids {unknown[:5]}: pick them from the list")
+            raise bad_input(f"unknown context id {_clip(repr(unknown[0]), 40)}: pick ids from 'Contexts, in order'",
+                            endpoint)
         if len(set(picked)) != len(picked):
-            raise gr.Error("a context is picked twice: pick each once")
+            raise bad_input("a context is picked twice: pick each once", endpoint)
         ids = list(picked)
     else:
-        k = int(k)
-        if k < 1:
-            raise gr.Error("no contexts: retrieve at least k = 1, or pick contexts by hand")
-        if k > MAX_CONTEXTS:
-            raise gr.Error(f"k = {k} is above this app's limit of {MAX_CONTEXTS} contexts: lower k")
-        ids = [cid for cid, _ in res.retriever.retrieve(query, min(k, len(res.database)), best_last=True)]
-    if not ids:
-        raise gr.Error("no contexts: retrieve at least k = 1, or pick contexts by hand")
-    if len(ids) > MAX_CONTEXTS:
-        raise gr.Error(f"{len(ids)} contexts picked; this app attributes at most {MAX_CONTEXTS}: pick fewer")
+        k = whole_number("k", k, 1, min(MAX_CONTEXTS, len(res.database)), endpoint)
+        ids = [cid for cid, _ in res.retriever.retrieve(query, k, best_last=True)]
     total = sum(res.num_tokens(c) for c in ids)
     if total > res.max_tokens:
-        raise gr.Error(f"The {len(ids)} contexts hold {total} tokens; this app composes at most {res.max_tokens}. "
-                       "Pick fewer or shorter contexts.")
+        raise bad_input(f"The {len(ids)} contexts hold {total} tokens; this app composes at most {res.max_tokens}. "
+                        "Pick fewer or shorter contexts.", endpoint)
     return ids
 
 
-def generate_answer(res: Resources, query: str, k: int = 5, picked: list[str] | None = None,
-                    max_new_tokens: int = 24) -> str:
-    """The model's own greedy answer from the PICASO-R composition of the contexts (to attribute it)."""
+def generate_answer(res: Resources, query: str, k: int = 5, contexts: list[str] | None = None,
+                    max_new_tokens: int = 24, endpoint: str = "/generate_answer") -> str:
+    """The model's own greedy answer from the PICASO-R composition of the contexts (to attribute
+    it): its first line, cut at EOS, with no special token."""
     from picaso_core.compose import compose
 
-    ids = choose_contexts(res, query, k, picked)
+    ids = choose_contexts(res, query, k, contexts, endpoint)
     state = compose("picaso_r", res.states(ids))
     tok = res.model.tokenizer
-    out = tok.decode(res.model.generate_batch(tok.encode(query), [state], max_new_tokens=int(max_new_tokens))[0])
+    out = tok.display_text(res.model.generate_batch(tok.encode(query), [state], max_new_tokens=int(max_new_tokens))[0])
     return out.split("\n")[0] or out  # one line: the demo's answers are one sentence
 
 
@@ -153,30 +162,40 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
     from picaso_core.attribution import (LOO_METHODS, leave_one_in, leave_one_out_tokens, surrogate,
                                          token_nll)
 
-    methods = list(methods) if methods else list(METHODS)
+    # every raw input is checked before any model work (the event runs with preprocess=False)
+    query = check_query(query)
+    answer = text("answer", answer, ENDPOINT, MAX_ANSWER_CHARS)
+    methods = id_list("methods", methods, ENDPOINT) or list(METHODS)
     bad = [m for m in methods if m not in METHODS]
     if bad:
-        raise gr.Error(f"unknown methods {bad}: choose from {', '.join(METHODS)}")
+        raise bad_input(f"unknown method {_clip(repr(bad[0]), 30)}: choose from {', '.join(METHODS)}", ENDPOINT)
     if token_method not in LOO_METHODS:
-        raise gr.Error(f"token_method must be one of {', '.join(LOO_METHODS)}")
-    progress(0.05, desc="choosing contexts")
-    ids = choose_contexts(res, query, k, picked)
-    source = "given"
-    if not answer or not answer.strip():
-        progress(0.1, desc="generating the model's own answer from the PICASO-R composition")
-        answer, source = generate_answer(res, query, k, ids), "generated (greedy, PICASO-R state)"
-        if not answer.strip():
-            raise gr.Error("The model generated an empty answer: type the answer to attribute.")
-    tok = res.model.tokenizer
-    q, a = tok.encode(query), tok.encode(answer)
-    if not a:
-        raise gr.Error("The answer is empty after tokenising: type an answer to attribute.")
-    if len(a) > MAX_ANSWER_TOKENS:
-        raise gr.Error(f"The answer has {len(a)} tokens; this app scores at most {MAX_ANSWER_TOKENS}. Shorten it.")
+        raise bad_input(f"token_method must be one of {', '.join(LOO_METHODS)}", ENDPOINT)
+    if example is not None and not isinstance(example, str):
+        raise bad_input(f"example must be an example id, got {_clip(repr(example), 30)}", ENDPOINT)
     sample = None
     if example:
         s = _sample(res, example)
         sample = s if s.query == query else None  # edited query: no longer that example
+    progress(0.05, desc="choosing contexts")
+    ids = choose_contexts(res, query, k, picked)
+    source = "given"
+    if not answer.strip():
+        progress(0.1, desc="generating the model's own answer from the PICASO-R composition")
+        answer, source = generate_answer(res, query, k, ids, endpoint=ENDPOINT), "generated (greedy, PICASO-R state)"
+        if not answer.strip():
+            raise bad_input("The model generated an empty answer: type the answer to attribute.", ENDPOINT)
+    tok = res.model.tokenizer
+    # a typed "<|endoftext|>" encodes as the special token: a marker, not part of an answer to attribute
+    q, typed = tok.encode(query), tok.encode(answer)
+    a = [t for t in typed if t not in tok.special_ids]
+    if not a:
+        raise bad_input("The answer is empty after tokenising: type an answer to attribute.", ENDPOINT)
+    if len(a) > MAX_ANSWER_TOKENS:
+        raise bad_input(f"The answer has {len(a)} tokens; this app scores at most {MAX_ANSWER_TOKENS}. Shorten it.",
+                        ENDPOINT)
+    if len(a) < len(typed):
+        answer = tok.decode(a)
     gold = set(sample.gold_ids) if sample else set()
     progress(0.15, desc=f"loading {len(ids)} stored states")
     states = res.states(ids)
@@ -265,7 +284,7 @@ def code_snippets(query, answer, k, picked, methods) -> tuple[str, str]:
         "from picaso_core import load_model\n"
         "from picaso_core.attribution import leave_one_in, leave_one_out, surrogate\n\n"
         "model = load_model('demo'); tok = model.tokenizer\n"
-        f"contexts = {list(picked or [])!r}  # ids; texts from the corpus (empty: retrieved top-{int(k)})\n"
+        f"contexts = {list(picked or [])!r}  # ids; texts from the corpus (empty: retrieved top-{int(float(k))})\n"
         "ids = [tok.encode(text + '\\n\\n') for text in texts]  # texts of those contexts\n"
         "states = model.encode_contexts(ids)  # or StateStore.get_many(contexts)\n"
         f"q, a = tok.encode({query!r}), tok.encode({answer!r})\n"
@@ -274,7 +293,7 @@ def code_snippets(query, answer, k, picked, methods) -> tuple[str, str]:
         "concat = leave_one_out(model, q, a, states, 'concat', context_ids=ids)\n"
         "sur = surrogate(model, q, a, states, 'picaso_r', n_ablations=64)  # sur.weights, sur.lds\n"
     )
-    cl = client_snippet("/attribute", query=query, answer=answer, k=int(k), contexts=list(picked or []),
+    cl = client_snippet("/attribute", query=query, answer=answer, k=int(float(k)), contexts=list(picked or []),
                         methods=list(methods or METHODS))
     return py, cl
 
@@ -284,7 +303,8 @@ def attribute(res: Resources, query: str, answer: str = "", k: int = 5, contexts
     """The /attribute handler: every output of the tab, the plain data last."""
     data = run_attribution(res, query, answer, k, contexts, methods, example, progress=progress)
     bars, heat, tokens = figures(data)
-    py, cl = code_snippets(query, data["answer"], k, contexts, data["methods"])
+    picked = [c["id"] for c in data["contexts"]] if contexts else []  # the checked ids, one list
+    py, cl = code_snippets(query, data["answer"], k, picked, data["methods"])
     return contexts_html(data), summary_md(data), bars, heat, tokens, py, cl, data
 
 
@@ -298,15 +318,17 @@ def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None
     from picaso_core.attribution import PAPER_TABLE4, attribution_precision
     from picaso_core.ui.resources import CONTEXT_SUFFIX
 
-    n_samples = int(n_samples)
+    ep = "/attribution_precision"
+    n_samples = whole_number("examples", n_samples, 1, PRECISION_MAX_SAMPLES, ep)
+    methods = id_list("methods", methods, ep) or list(METHODS)
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise bad_input(f"unknown method {_clip(repr(bad[0]), 30)}: choose from {', '.join(METHODS)}", ep)
     samples = qa_samples(res)
     if not samples:
-        raise gr.Error("This corpus has no examples with gold context labels: precision needs them (use the demo "
-                       "corpus or MS MARCO).")
-    if not 1 <= n_samples <= PRECISION_MAX_SAMPLES:
-        raise gr.Error(f"samples must be between 1 and {PRECISION_MAX_SAMPLES}, got {n_samples}")
+        raise bad_input("This corpus has no examples with gold context labels: precision needs them (use the demo "
+                        "corpus or MS MARCO).", ep)
     samples = [s for s in samples if len(s.contexts) <= MAX_CONTEXTS][:n_samples]
-    methods = [m for m in (methods or METHODS)]
     if "concat" not in methods:
         methods.insert(1 if "loi" in methods else 0, "concat")  # the reference of the correlations
     progress(0, desc="attribution precision")
@@ -333,7 +355,8 @@ def _sample(res: Resources, sample_id: str):
     for s in qa_samples(res):
         if s.sample_id == sample_id:
             return s
-    raise gr.Error(f"no labelled example {sample_id!r} in corpus {res.corpus.name}")
+    raise bad_input(f"no labelled example {_clip(repr(sample_id), 40)} in corpus {res.corpus.name}: pick one "
+                    "from the list", ENDPOINT)
 
 
 def _clip(text: str, n: int) -> str:
@@ -409,9 +432,16 @@ def render(res: Resources) -> None:
     example.change(lambda sid: pick_example(res, sid), example, [query, answer, picked], api_visibility="private")
     gr.context.Context.root_block.load(lambda sid: pick_example(res, sid), example, [query, answer, picked],
                                        api_visibility="private")
-    gen.click(lambda q, k, p: generate_answer(res, q, k, p), [query, k, picked], answer, api_name="generate_answer",
+    def generate_endpoint(query, k=5, contexts=None):
+        """The model's own greedy answer from the PICASO-R composition of the contexts."""
+        return generate_answer(res, query, k, contexts)
+
+    # preprocess=False: the handlers check the raw inputs (picaso_core.ui.errors), one short message
+    # and one log line per rejected input
+    gen.click(generate_endpoint, [query, k, picked], answer, api_name="generate_answer", preprocess=False,
               concurrency_limit=2)
     gr.on([run.click, query.submit], attribute_endpoint, [query, answer, k, picked, methods, example],
-          [order, summary, bars, heat, tokens, py, cl, data], api_name="attribute", concurrency_limit=2)
+          [order, summary, bars, heat, tokens, py, cl, data], api_name="attribute", preprocess=False,
+          concurrency_limit=2)
     prec_run.click(precision_endpoint, [n_samples, methods], [prec_table, prec_fig, prec_md, prec_data],
-                   api_name="attribution_precision", concurrency_limit=1)
+                   api_name="attribution_precision", preprocess=False, concurrency_limit=1)

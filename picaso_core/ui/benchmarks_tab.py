@@ -20,6 +20,7 @@ from picaso_core.assets import ASSETS
 from picaso_core.evaluate import METHOD_NAMES, METHODS
 from picaso_core.plots import experiments as P
 from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.errors import bad_input, choice, id_list, text, whole_number
 from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
@@ -29,6 +30,7 @@ SHIPPED_COMMAND = ("python -m picaso_core.experiments --model demo --corpus demo
                    "--ship assets/benchmarks_summary.json")
 LIVE_RETRIEVERS = ("minilm", "bm25", "random")  # offline; the CLI adds mpnet / GloVe when online
 MAX_SAMPLES, MAX_K = 50, 10  # the live panel stays small (the CLI runs the full protocol)
+MAX_KS_CHARS = 100  # a k list such as "0,1,2,5" or "0-10"
 ENDPOINT = "/benchmarks"
 _rankers: dict[tuple[int, str], object] = {}  # (id(res), name) -> ranker, built once per app
 
@@ -78,21 +80,23 @@ def intro(summary: dict | None) -> str:
     return line
 
 
-def parse_live_ks(text) -> list[int]:
+def parse_live_ks(value) -> list[int]:
+    value = text("k list", value, ENDPOINT, MAX_KS_CHARS)
     try:
-        ks = E.parse_ks(str(text))
+        ks = E.parse_ks(value)
     except ValueError:
-        raise gr.Error(f"k list {str(text)[:40]!r} is not valid: write numbers like 0,1,2,5 or a range 0-5") from None
+        raise bad_input(f"k list {value[:40]!r} is not valid: write numbers like 0,1,2,5 or a range 0-5", ENDPOINT) from None
     if not ks:
-        raise gr.Error("give at least one k, e.g. 0,1,2,5")
+        raise bad_input("give at least one k, e.g. 0,1,2,5", ENDPOINT)
     if max(ks) > MAX_K:
-        raise gr.Error(f"k up to {MAX_K} here (got {max(ks)}); the CLI runs more: python -m picaso_core.experiments --ks 0-50")
+        raise bad_input(f"k up to {MAX_K} here (got {max(ks)}); the CLI runs more: python -m picaso_core.experiments "
+                        "--ks 0-50", ENDPOINT)
     return ks
 
 
 def ranker(res: Resources, name: str):
     if name not in LIVE_RETRIEVERS:
-        raise gr.Error(f"unknown retriever {str(name)[:30]!r}: choose one of {', '.join(LIVE_RETRIEVERS)}")
+        raise bad_input(f"unknown retriever {str(name)[:30]!r}: choose one of {', '.join(LIVE_RETRIEVERS)}", ENDPOINT)
     key = (id(res), name)
     if key not in _rankers:
         _rankers[key] = (E.EmbeddingRanker(res.retriever, "minilm") if name == "minilm"
@@ -117,21 +121,20 @@ def limits(res: Resources) -> list[str]:
 
 
 def check_inputs(res: Resources, samples, ks, methods, retriever):
+    """The raw inputs (the event runs with preprocess=False), checked before any work."""
     if not len(res.corpus):
-        raise gr.Error(" ".join(limits(res)))
-    try:
-        n = int(samples)
-    except (TypeError, ValueError):
-        raise gr.Error(f"samples must be a whole number from 1 to {MAX_SAMPLES}") from None
-    if not 1 <= n <= min(MAX_SAMPLES, len(res.corpus)):
-        raise gr.Error(f"samples must be from 1 to {min(MAX_SAMPLES, len(res.corpus))}, got {n}")
-    methods = [m for m in (methods or [])]
+        raise bad_input(" ".join(limits(res)), ENDPOINT)
+    n = whole_number("samples", samples, 1, max(1, min(MAX_SAMPLES, len(res.corpus))), ENDPOINT)
+    methods = id_list("methods", methods, ENDPOINT)
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
-        raise gr.Error(f"pick methods among {', '.join(METHODS)}" + (f" (unknown: {bad[:3]})" if bad else ""))
+        raise bad_input(f"pick methods among {', '.join(METHODS)}"
+                        + (f" (unknown: {bad[0][:30]!r})" if bad else ""), ENDPOINT)
     if "none" not in methods:
         methods = ["none"] + methods  # the gains are measured against the baseline
-    return n, parse_live_ks(ks), [m for m in METHODS if m in methods], ranker(res, retriever)
+    ks = parse_live_ks(ks)
+    retriever = choice("retriever", retriever, LIVE_RETRIEVERS, ENDPOINT)
+    return n, ks, [m for m in METHODS if m in methods], ranker(res, retriever)
 
 
 def live_summary(log, sample_ids: list[str], ks: list[int], retriever: str) -> dict:
@@ -190,7 +193,8 @@ def run_live(res: Resources, samples=5, ks="0,1,2,5", methods=None, retriever="m
 def render(res: Resources) -> None:
     summary = load_shipped()
     gr.Markdown(intro(summary), elem_id="bench-intro")
-    gr.Dataframe(paper_table(summary), label="Paper vs ours (gain: % lower loss than no context, mean over k = 1..10)",
+    over = E.ks_text(((summary or {}).get("main") or {}).get("gains", {}).get("ks_averaged") or range(1, 11))
+    gr.Dataframe(paper_table(summary), label=f"Paper vs ours (gain: % lower loss than no context, mean over {over})",
                  interactive=False, elem_id="bench-paper-vs-ours")
     figs = P.all_figures(summary or {})
     for a, b in zip(figs[0::2], figs[1::2] + [None]):
@@ -230,4 +234,4 @@ def render(res: Resources) -> None:
         yield from run_live(res, samples, ks, methods, retriever, progress)
 
     run.click(benchmarks, [samples, ks, methods, retriever], [live_loss, live_time, status, data, py, cl],
-              api_name="benchmarks", concurrency_limit=1, show_progress="minimal")  # figures stay visible as they update
+              api_name="benchmarks", preprocess=False, concurrency_limit=1, show_progress="minimal")  # figures stay visible as they update

@@ -265,7 +265,7 @@ def results_plot(results, scored: bool) -> go.Figure:
 def generations_html(results, tokenizer) -> str:
     cards = []
     for r in results:
-        text = r.generation if isinstance(r.generation, str) else tokenizer.decode(r.generation or [])
+        text = r.generation if isinstance(r.generation, str) else tokenizer.display_text(r.generation or [])
         loss = f"loss {r.loss:.2f}" if _finite(r.loss) else ""
         cards.append(
             f'<div class="px-gen" style="border-top-color:{COLOR[r.method]}"><div class="px-gen-head">'
@@ -355,7 +355,7 @@ def results_data(res: Resources, query: str, continuation: str, contexts: list[C
         "methods": {
             r.method: {"label": LABEL[r.method], "loss": _num(r.loss, 4), "perplexity": _num(r.ppl, 3),
                        "compose_ms": round(r.compose_s * 1e3, 3), "process_ms": round(r.process_s * 1e3, 3),
-                       "generation": tok.decode(r.generation or [])}
+                       "generation": tok.display_text(r.generation or [])}
             for r in results
         },
         "model": res.model_name,
@@ -386,7 +386,7 @@ def python_snippet(res: Resources, run: dict, contexts: list[Context]) -> str:
         "    [res.token_ids(c) for c in ids], context_states=res.states(ids),\n"
         f"    methods={methods!r}, generate_tokens={run['max_new_tokens']}, seed=0)\n"
         "for r in results:\n"
-        "    print(f\"{r.method:12s} loss {r.loss:.3f}  compose {r.compose_s * 1e3:8.2f} ms  {tok.decode(r.generation or [])!r}\")\n"
+        "    print(f\"{r.method:12s} loss {r.loss:.3f}  compose {r.compose_s * 1e3:8.2f} ms  {tok.display_text(r.generation or [])!r}\")\n"
     )
 
 

@@ -17,6 +17,11 @@ import gradio as gr
 
 log = logging.getLogger("picaso_explorer")
 
+# The longest value a free-text input takes, checked before any work: one request's cost grows
+# with its text (a 20,000-character Attribution query ran for 3 minutes), so a public app caps
+# every text box. A tab passes a smaller cap where its text is one line (a k list, a query line).
+MAX_CHARS = 4000
+
 
 def bad_input(message: str, endpoint: str = "") -> gr.Error:
     """The gr.Error to raise for a rejected input; logs ONE line (no traceback) as it is made."""
@@ -46,23 +51,40 @@ def flag(name: str, value, endpoint: str = "") -> bool:
     return value
 
 
-def text(name: str, value, endpoint: str = "") -> str:
-    """A text input: None reads as ""; anything but a string is refused."""
+def text(name: str, value, endpoint: str = "", max_chars: int = MAX_CHARS) -> str:
+    """A text input: None reads as ""; anything but a string, or a string longer than `max_chars`,
+    is refused."""
     if value is None:
         return ""
     if not isinstance(value, str):
         raise bad_input(f"{name} must be text, got {_short(value)}", endpoint)
+    if len(value) > max_chars:
+        raise bad_input(f"{name} is {len(value):,} characters long; this app takes at most {max_chars:,}. "
+                        "Shorten it.", endpoint)
     return value
 
 
-def id_list(name: str, value, endpoint: str = "") -> list[str]:
-    """A multiselect of ids: None reads as [], one id as [id]; anything else must be a list of strings."""
+def choice(name: str, value, choices, endpoint: str = ""):
+    """One of `choices` (a Dropdown or Radio value); the message lists them when they are few."""
+    choices = list(choices)
+    if isinstance(value, (list, dict)) or value not in choices:
+        listed = ", ".join(map(str, choices))
+        hint = f"one of {listed}" if len(listed) <= 60 else f"one of the {len(choices)} listed (e.g. {choices[0]!r})"
+        raise bad_input(f"{name} must be {hint}, got {_short(value)}", endpoint)
+    return value
+
+
+def id_list(name: str, value, endpoint: str = "", max_items: int = 1000) -> list[str]:
+    """A multiselect of ids: None reads as [], one id as [id]; anything else must be a list of
+    strings, at most `max_items` of them."""
     if value is None:
         return []
     if isinstance(value, str):
         return [value]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise bad_input(f"{name} must be a list of ids, got {_short(value)}", endpoint)
+    if len(value) > max_items:
+        raise bad_input(f"{name} holds {len(value):,} ids; at most {max_items:,} here", endpoint)
     return list(value)
 
 

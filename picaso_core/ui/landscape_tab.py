@@ -25,10 +25,12 @@ import pandas as pd
 from picaso_core.assets import ASSETS
 from picaso_core.plots.landscape import line_figure, plane_figure, plane_title, zrange
 from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui.errors import bad_input, choice, text, whole_number
 from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Loss landscape"
+ENDPOINT = "/landscape"
 AVERAGE = "average"
 AVERAGE_N = 10  # fig. 2 averages 10 samples
 K = 3  # contexts per sample: fig. 2's planes go through three states
@@ -91,13 +93,14 @@ def load_samples(res: Resources, sample_ids: list[str]) -> list[tuple]:
     out = []
     for sid in sample_ids:
         if sid not in by_id:
-            raise gr.Error(f"no sample {sid!r} in corpus {res.corpus.name}: pick one from the list")
+            raise bad_input(f"no sample {_clip(repr(sid), 40)} in corpus {res.corpus.name}: pick one from the list",
+                            ENDPOINT)
         s = by_id[sid]
         if not s.continuation:
-            raise gr.Error(f"sample {sid!r} has no continuation to score: pick another")
+            raise bad_input(f"sample {sid!r} has no continuation to score: pick another", ENDPOINT)
         hits = res.retriever.retrieve(s.query, K, exclude=s.exclude_ids, best_last=True)
         if len(hits) < K:
-            raise gr.Error(f"the corpus has fewer than {K} contexts to retrieve: a plane needs three states")
+            raise bad_input(f"the corpus has fewer than {K} contexts to retrieve: a plane needs three states", ENDPOINT)
         ids = [cid for cid, _ in hits]
         out.append((tok.encode(s.query), tok.encode(s.continuation), [res.token_ids(c) for c in ids], res.states(ids)))
     return out
@@ -112,9 +115,9 @@ def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str
     """Fig. 2 for one sample or the average: Fig2.to_dict() plus the sample ids and context ids."""
     from picaso_core.landscape import fig2
 
-    steps = _check(sample, steps, pair)
+    steps = _check(res, sample, steps, pair)
     if blocked(res):
-        raise gr.Error(" ".join(limits(res)))
+        raise bad_input(" ".join(limits(res)), ENDPOINT)
     ids = average_ids(res) if sample == AVERAGE else [sample]
     progress(0.0, desc=f"retrieving and loading the states of {len(ids)} sample(s)")
     samples = load_samples(res, ids)
@@ -122,7 +125,7 @@ def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str
     try:
         out = fig2(res.model, samples, steps=steps, margin=MARGIN, pair=PAIRS[pair], progress=report).to_dict()
     except ValueError as e:  # degenerate anchors (e.g. the same context retrieved twice): say so
-        raise gr.Error(f"{e}") from None
+        raise bad_input(f"{e}", ENDPOINT) from None
     out.update(sample=sample, sample_ids=ids, steps=steps, pair=pair, model=res.model_name,
                key=cache_key(res, steps, pair) if sample == AVERAGE else None)
     return out
@@ -163,17 +166,16 @@ def default_result(res: Resources, progress=lambda *a, **kw: None) -> dict:
         return data
 
 
-def _check(sample: str, steps, pair: str) -> int:
-    try:
-        steps = int(steps)
-    except (TypeError, ValueError):
-        raise gr.Error(f"grid steps must be a whole number between {STEPS_MIN} and {STEPS_MAX}") from None
-    if not STEPS_MIN <= steps <= STEPS_MAX:
-        raise gr.Error(f"grid steps = {steps} is out of range: use {STEPS_MIN} to {STEPS_MAX} (21 is the default)")
-    if pair not in PAIRS:
-        raise gr.Error(f"pair {pair!r} is not one of {', '.join(PAIRS)}")
+def _check(res: Resources, sample: str, steps, pair: str) -> int:
+    """The raw inputs (the events run with preprocess=False), checked before any work."""
+    steps = whole_number("grid steps (21 is the default)", steps, STEPS_MIN, STEPS_MAX, ENDPOINT)
+    choice("pair", pair, PAIRS, ENDPOINT)
+    sample = text("sample", sample, ENDPOINT, max_chars=200)
     if not sample:
-        raise gr.Error("pick a sample, or the average")
+        raise bad_input("pick a sample, or the average", ENDPOINT)
+    if sample != AVERAGE and sample not in {s.sample_id for s in res.corpus.samples}:
+        raise bad_input(f"no sample {_clip(repr(sample), 40)} in corpus {res.corpus.name}: pick one from the list",
+                        ENDPOINT)
     return steps
 
 
@@ -248,10 +250,9 @@ def outputs(d: dict, view: str = "contour"):
 def landscape(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str = "u2-u3",
               view: str = "contour", progress=lambda *a, **kw: None):
     """The /landscape handler: every output of the tab. The default settings come from the cache."""
-    view = (view or "contour").lower()
-    if view not in ("contour", "surface"):
-        raise gr.Error(f"view must be 'contour' or 'surface', got {view!r}")
-    steps = _check(sample, steps, pair)
+    view = choice("view", (view or "contour").lower() if isinstance(view, str) else view, ("contour", "surface"),
+                  ENDPOINT)
+    steps = _check(res, sample, steps, pair)
     if sample == AVERAGE and steps == STEPS and pair == "u2-u3":
         d = default_result(res, progress)
     else:
@@ -309,6 +310,6 @@ def render(res: Resources) -> None:
         return soup, caso
 
     gr.on(None, show_default, [], outs, api_visibility="private", concurrency_limit=1, concurrency_id="landscape")
-    run.click(landscape_endpoint, [sample, steps, pair, view], outs, api_name="landscape",
+    run.click(landscape_endpoint, [sample, steps, pair, view], outs, api_name="landscape", preprocess=False,
               concurrency_limit=1, concurrency_id="landscape")
     view.change(rerender, [view, data], [soup_plot, caso_plot], api_visibility="private")

@@ -32,6 +32,26 @@ CSS = """
 .px-gen-head {display:flex; align-items:center; margin-bottom:4px}
 .px-gen-text {white-space:pre-wrap; font-size:0.9em; line-height:1.35}
 .px-note {color:var(--body-text-color-subdued); font-size:0.85em}
+/* A rejected input is said once, in its toast: the outputs keep the last run's values, with no red
+   "Error" badge and no translucent cover over each (gradio's status tracker in its error state). */
+[data-testid="status-tracker"]:has(> .error) {display:none !important}
+"""
+
+# Run on page load (launch(js=...)): a new run closes the toasts of the last one, so an error toast
+# never sits over the next result. A run starts with a click on a button, Enter in a text box, or a
+# slider / radio change; clicks inside a toast (its own close button) are left alone.
+JS = """
+() => {
+  const closeToasts = (e) => {
+    if (e.target.closest && e.target.closest('[data-testid=toast-body]')) return;
+    document.querySelectorAll('[data-testid=toast-body] .toast-close').forEach((b) => b.click());
+  };
+  document.addEventListener('click', (e) => { if (e.target.closest && e.target.closest('button')) closeToasts(e); }, true);
+  document.addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) closeToasts(e); }, true);
+  document.addEventListener('change', (e) => {
+    if (e.target.matches && e.target.matches('input[type=range], input[type=radio]')) closeToasts(e);
+  }, true);
+}
 """
 
 

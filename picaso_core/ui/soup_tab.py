@@ -13,7 +13,8 @@ endpoints (every one returns its plain data as a JSON output beside the display)
 The library (12 demonstrations of 16 train items per task and shuffled twin, the paper's
 clustering set-up) is encoded on first use into a StateStore under the app's cache folder and
 reopened at the next start. UMAP compiles numba code on its first call (~40 s on 2 cores): it is
-warmed in a background thread after the first map is drawn, never at the app's start.
+warmed in a background thread after the first map is drawn, never at the app's start, and a first
+UMAP map asked for before the compile is done shows its progress (seconds of about UMAP_WARM_S).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import html
 import os
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -29,10 +31,10 @@ import numpy as np
 import pandas as pd
 
 from picaso_core import soup
-from picaso_core.data.skills import format_query
+from picaso_core.data.skills import ARROW, format_query
 from picaso_core.plots import soup as plots
 from picaso_core.ui.code import client_snippet, show_code
-from picaso_core.ui.errors import bad_input, text, whole_number
+from picaso_core.ui.errors import bad_input, choice, text, whole_number
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.resources import Resources
 
@@ -46,11 +48,18 @@ TASK_A, TASK_B = "capitalize", "singular_plural"
 LOOK_AT = (
     "**What to look at:** each dot is the state of one 16-shot demonstration of a skill; dots of one "
     "task gather in a cluster (the paper's fig. 1), the label-shuffled twins (open circles) too, "
-    "although their answers are arbitrary. Move the layer slider: the middle layers separate tasks "
-    "best (the left panel below counts it without any projection). Type a few demonstrations to see "
-    "where their state lands and which skills it retrieves."
+    "although their answers are arbitrary. Move the layer slider to see where tasks separate: the panel "
+    "below counts it per layer without any projection, and the summary names the best layer. Type a few "
+    "demonstrations to see where their state lands and which skills it retrieves."
 )
 WARM_UMAP = os.environ.get("PICASO_WARM_UMAP", "1") != "0"  # tests switch the background compile off
+# Input caps, checked before any work: 64 demonstration lines (the library's are 16), one query
+# line, a few answers (each is scored at 12 weights).
+MAX_DEMO_CHARS, MAX_DEMO_LINES = 4000, 64
+MAX_PROMPT_CHARS, MAX_ANSWERS_CHARS, MAX_ANSWERS = 200, 1000, 10
+# Seconds numba takes to compile UMAP the first time (measured 37 s on 2 shared cores, ~5 s when its
+# disk cache is warm): the estimate shown while the first UMAP map waits for the compile.
+UMAP_WARM_S = 40.0
 
 
 def _two_task_default() -> tuple[str, str]:
@@ -74,6 +83,8 @@ class Lab:
         self._proj: OrderedDict = OrderedDict()
         self._quality: dict | None = None
         self._warm: threading.Thread | None = None
+        self._warm_t0 = 0.0
+        self._umap_ready = False
 
     @property
     def folder(self) -> Path:
@@ -117,7 +128,22 @@ class Lab:
         """Compile UMAP in the background once (it holds no lock the handlers need)."""
         if WARM_UMAP and self._warm is None:
             self._warm = threading.Thread(target=soup.warm_up_umap, name="umap-warm-up", daemon=True)
+            self._warm_t0 = time.monotonic()
             self._warm.start()
+
+    def wait_for_umap(self, progress) -> None:
+        """Before the first UMAP map: wait for the compile with honest progress (seconds so far of
+        about UMAP_WARM_S); a UMAP call made meanwhile would wait on the same compile, silently."""
+        if self._umap_ready:
+            return
+        self.warm_umap()
+        while self._warm is not None and self._warm.is_alive():
+            spent = time.monotonic() - self._warm_t0
+            progress(min(0.95, spent / UMAP_WARM_S),
+                     desc=f"UMAP compiles its numba code, once per server start: {spent:.0f} s of about "
+                          f"{UMAP_WARM_S:.0f} s")
+            self._warm.join(0.5)
+        self._umap_ready = True
 
 
 _LABS: dict[int, Lab] = {}
@@ -131,9 +157,7 @@ def lab_for(res: Resources) -> Lab:
 
 # ---- input checks -----------------------------------------------------------------------------
 def _choice(name: str, value, choices, endpoint: str):
-    if value not in choices:
-        raise bad_input(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}", endpoint)
-    return value
+    return choice(name, value, choices, endpoint)
 
 
 def _layer(res: Resources, value, endpoint: str) -> int:
@@ -142,12 +166,23 @@ def _layer(res: Resources, value, endpoint: str) -> int:
 
 
 def _demos_text(value, endpoint: str, required: bool) -> str:
-    demos = text("demonstrations", value, endpoint).strip("\n")
-    if not demos.strip():
+    """Typed demonstrations as the library's texts (`question → answer` lines, one newline each);
+    blank lines are dropped, a line without an arrow is refused (it is no demonstration)."""
+    demos = text("demonstrations", value, endpoint, MAX_DEMO_CHARS)
+    lines = [line.strip() for line in demos.split("\n") if line.strip()]
+    if not lines:
         if required:
             raise bad_input("The demonstration box is empty: type lines such as 'cat → cats', one per line.", endpoint)
         return ""
-    return "\n".join(line.rstrip() for line in demos.split("\n")) + "\n"  # as the library's texts
+    if len(lines) > MAX_DEMO_LINES:
+        raise bad_input(f"{len(lines)} demonstration lines; at most {MAX_DEMO_LINES} here", endpoint)
+    for i, line in enumerate(lines, 1):
+        q, arrow, a = line.replace("->", ARROW).partition(ARROW)
+        if not arrow or not q.strip() or not a.strip():
+            raise bad_input(f"line {i} ({_clip(repr(line), 30)}) is not 'question {ARROW} answer': write one "
+                            f"demonstration per line, such as 'cat {ARROW} cats'", endpoint)
+    return "".join(f"{q.strip()} {ARROW} {a.strip()}\n" for q, _, a in
+                   (line.replace("->", ARROW).partition(ARROW) for line in lines))
 
 
 def _progress(progress, desc: str):
@@ -192,8 +227,9 @@ def soup_map(res: Resources, layer=None, part: str = "ssm", method: str = DEFAUL
     if demos:
         state, retrieved, _ = retrieve(res, demos, layer, part, top)
         extra = soup._unit(soup.features([state], layer, part))
-    progress(0.6, desc=f"{METHOD_LABEL[method]} of {len(lib)} states"
-             + (" (UMAP's first call compiles numba code: ~1 min once)" if method == "umap" else ""))
+    if method == "umap":
+        lab.wait_for_umap(progress)
+    progress(0.97 if method == "umap" else 0.6, desc=f"{METHOD_LABEL[method]} of {len(lib)} states")
     z = lab.projection(layer, part, method, dim, extra)
     coords = z[: len(lib)]
     if demos:
@@ -255,7 +291,8 @@ def mixing(res: Resources, queries: int = 3, progress=lambda *a, **k: None):
                                  _progress(progress, "retrieval + mixing"))
     by = {(r["k"], r["method"]): r for r in rows}
     summary = ("Answer accuracy, 16 demonstrations in total: " + "; ".join(
-        f"k={k}: soup of {16 // k} **{by[(k, 'soup')]['accuracy']:.0%}** vs {k} shots {by[(k, 'k_shots')]['accuracy']:.0%}"
+        f"k = {k}: a soup of {16 // k} {k}-shot states **{by[(k, 'soup')]['accuracy']:.0%}** vs one {k}-shot state "
+        f"{by[(k, 'k_shots')]['accuracy']:.0%}"
         for k in KS if k < 16) + f"; all 16 in one state **{by[(16, 'all_shots')]['accuracy']:.0%}**. "
         "The paper: soups of 4-shot states match or beat one 32-shot state; retrieval + mixing helps most at small k.")
     table = pd.DataFrame([{**r, "accuracy": round(r["accuracy"], 3), "loss": round(r["loss"], 4)} for r in rows + rmix])
@@ -274,10 +311,16 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
     names = soup.task_names()
     task_a = _choice("task A", task_a, names, ep)
     task_b = _choice("task B", task_b, names, ep)
-    prompt = text("prompt", prompt, ep)
+    prompt = text("prompt", prompt, ep, MAX_PROMPT_CHARS)
     if not prompt.strip():
         raise bad_input("The prompt is empty: type a query line such as 'bat →'.", ep)
-    answer_list = [a.strip() for a in text("answers", answers, ep).split("\n") if a.strip()]
+    if "\n" in prompt.strip():
+        raise bad_input("The prompt is one query line, such as 'bat →'", ep)
+    answer_list = [a.strip() for a in text("answers", answers, ep, MAX_ANSWERS_CHARS).split("\n") if a.strip()]
+    if not answer_list:
+        raise bad_input("'Answers to score' is empty: type one answer per line, such as 'Bats'", ep)
+    if len(answer_list) > MAX_ANSWERS:
+        raise bad_input(f"{len(answer_list)} answers to score; at most {MAX_ANSWERS} here", ep)
     try:
         w = float(w)
     except (TypeError, ValueError):
