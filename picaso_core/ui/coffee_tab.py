@@ -25,7 +25,7 @@ import torch
 from picaso_core.assets import ASSETS
 from picaso_core.plots.coffee import NAMES, curves_figure, ih0_figure
 from picaso_core.ui.code import client_snippet, show_code
-from picaso_core.ui.errors import bad_input, whole_number
+from picaso_core.ui.errors import bad_input, choice, whole_number
 from picaso_core.ui.resources import Resources
 
 TITLE = "COFFEE lab"
@@ -73,8 +73,7 @@ def check_inputs(task, seq_len, trigger_len, target_len, noise_len, n, d, steps,
     """The raw inputs as a checked dict of LabConfig fields; bad input -> gr.Error naming the fix."""
     from picaso_core.lab.tasks import IHTask
 
-    if task not in TASKS:
-        raise bad_input(f"task must be one of {', '.join(TASKS)}, got {task!r}", endpoint)
+    choice("task", task, TASKS, endpoint)
     out = dict(task=task, seq_len=whole_number("L_seq", seq_len, 4, 256, endpoint),
                trigger_len=whole_number("L_tri", trigger_len, 1, 256, endpoint),
                target_len=whole_number("L_tar", target_len, 1, 256, endpoint),
@@ -218,8 +217,7 @@ def ih0_run(steps=200, train="embedding"):
     from picaso_core.lab.training import LabConfig, Run, ih0_trajectories
 
     steps = whole_number("steps", steps, 0, 5000, "/coffee_ih0")
-    if train not in ("embedding", "all"):
-        raise bad_input(f"train must be 'embedding' (the paper's F.2) or 'all', got {train!r}", "/coffee_ih0")
+    choice("train", train, ("embedding", "all"), "/coffee_ih0")  # embedding only: the paper's F.2
     run = Run(LabConfig(task="ih0", model="coffee", steps=max(steps, 1), lr=0.05, batch=8, ih0_train=train))
     for _ in range(steps):
         run.step()
