@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
+from test_app import _SERVED, app_url  # noqa: F401  (the launched app, a session fixture)
 
 LONG = "Velmora " * 2500  # 20,000 characters
 
@@ -60,5 +60,10 @@ def test_every_text_input_refuses_20000_characters_fast(app_url):  # noqa: F811
         if time.perf_counter() - t0 > 2.0:
             slow.append((name, param, round(time.perf_counter() - t0, 1)))
     assert not accepted, f"20,000 characters accepted by {accepted}"
+    # the server log: one line per rejected input, never a traceback (issue 27, point 9)
+    log = _SERVED["log"].read_text()
+    assert "Traceback" not in log, log[log.index("Traceback"):][:1500]
+    for name in ("/attribute", "/generate_answer", "/benchmarks", "/compose"):
+        assert f"rejected input to {name}:" in log, name
     assert not slow, f"refusals slower than 2 s: {slow}"
     assert not long_messages, long_messages
