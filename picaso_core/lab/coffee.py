@@ -314,6 +314,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--variant", default=d.variant,
                    help="COFFEE on IH: full (eq. 6 + Remark 3: 784 parameters at table 1) | minimal (eq. 7 + Prop. 1: table 2)")
     p.add_argument("--output-filter", action="store_true", help="COFFEE on digits: Remark 3's output filter")
+    p.add_argument("--augment", action="store_true",
+                   help="digits: appendix H's roto-translation of the training images (5 degrees, 0.01 shift)")
     p.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: table 1's, COFFEE 0.01, S6 0.003)")
     p.add_argument("--schedule", default=d.schedule, help="learning rate: constant | cosine (to 5%% at --steps) | halve (appendix H: halved once the batch loss < 0.45)")
     p.add_argument("--batch", type=int, default=d.batch, help="sequences per step (G.1: 512)")

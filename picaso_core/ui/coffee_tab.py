@@ -99,10 +99,12 @@ def configs(args: dict):
     from picaso_core.lab.training import LabConfig
 
     base = {k: v for k, v in args.items() if k != "max_seconds"}
-    if args["task"] == "digits":
-        base.update(n=2 if args["n"] == 8 else args["n"], digits=live_digits())
+    lr = dict(LIVE_LR) if args["task"] == "ih" else {"coffee": None, "s6": None}
+    if args["task"] == "digits":   # appendix H for both models: lr 0.01 halved below loss 0.45, roto-translation
+        base.update(n=2 if args["n"] == 8 else args["n"], digits=live_digits(), schedule="halve", augment=True)
+        lr = {"coffee": 0.01, "s6": 0.01}
     batch = 8 if args["task"] == "ih0" else LIVE_BATCH
-    return {m: LabConfig(model=m, batch=batch, lr=LIVE_LR[m] if args["task"] == "ih" else None, eval_size=EVAL_SIZE,
+    return {m: LabConfig(model=m, batch=batch, lr=lr[m], eval_size=EVAL_SIZE,
                          eval_every=CHUNK, **base).check() for m in ("coffee", "s6")}
 
 
@@ -209,8 +211,10 @@ def outputs(args, hist, paper, runs, py, cl, done: bool):
 def snippets(args: dict) -> tuple[str, str]:
     a = args
     cli = "python -m picaso_core.lab.coffee --task {task} --model {{m}} --steps {steps} --seed {seed}".format(**a)
-    if a["task"] == "digits":
-        cli += f" --digits {live_digits()} --n {2 if a['n'] == 8 else a['n']} --batch {LIVE_BATCH}"
+    n, extra = a["n"], ""
+    if a["task"] == "digits":   # what configs() runs
+        n, extra = (2 if a["n"] == 8 else a["n"]), f", digits={live_digits()!r}, lr=0.01, schedule='halve', augment=True"
+        cli += f" --digits {live_digits()} --n {n} --batch {LIVE_BATCH} --lr 0.01 --schedule halve --augment"
     if a["task"] == "ih":
         cli += (f" --seq-len {a['seq_len']} --trigger-len {a['trigger_len']} --target-len {a['target_len']}"
                 f" --noise-len {a['noise_len']} --n {a['n']} --d {a['d']} --batch {LIVE_BATCH} --lr {{lr}}")
@@ -219,8 +223,8 @@ def snippets(args: dict) -> tuple[str, str]:
           + "from picaso_core.lab.training import LabConfig, train_iter\n\n"
           f"for model in ('coffee', 's6'):\n"
           f"    cfg = LabConfig(task={a['task']!r}, model=model, seq_len={a['seq_len']}, trigger_len={a['trigger_len']},\n"
-          f"                    target_len={a['target_len']}, noise_len={a['noise_len']}, n={a['n']}, d={a['d']},\n"
-          f"                    steps={a['steps']}, seed={a['seed']}, batch={LIVE_BATCH}, max_seconds={a['max_seconds'] / 2})\n"
+          f"                    target_len={a['target_len']}, noise_len={a['noise_len']}, n={n}, d={a['d']},\n"
+          f"                    steps={a['steps']}, seed={a['seed']}, batch={LIVE_BATCH}, max_seconds={a['max_seconds'] / 2}{extra})\n"
           "    for record in train_iter(cfg):\n"
           "        pass\n"
           "    print(model, record['accuracy'], record['params'])\n")
