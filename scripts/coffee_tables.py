@@ -45,6 +45,7 @@ ROWS = {
     "t7_coffee_filter": f"{T7} --model coffee --n 2 --output-filter",
     # the same with H's roto-translation of the training images (added after the rows above)
     "t7_aug_s6": f"{T7} --augment --model s6 --n 2",
+    "t7_aug_s6_16": f"{T7} --augment --model s6 --n 16",
     "t7_aug_coffee": f"{T7} --augment --model coffee --n 2",
     "t7_aug_coffee_filter": f"{T7} --augment --model coffee --n 2 --output-filter",
     # the same rows on scikit-learn's 8x8 digits (run before mlxtend was a dependency, as --digits auto)
