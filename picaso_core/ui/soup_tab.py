@@ -20,7 +20,6 @@ for before that is done shows its progress (seconds of about the last measured w
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import threading
@@ -39,6 +38,7 @@ from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, text, whole_number
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.soup_text import best_layer_sentence, mixing_summary, two_task_story
 
 TITLE = "State soup"
 SHOTS, PER_TASK, SEED = 16, 12, 0  # paper A.1: 12 16-shot demonstrations per task
@@ -303,17 +303,6 @@ def soup_map(res: Resources, layer=None, part: str = "ssm", method: str = DEFAUL
     return fig, quality, summary, retrieved, data, py, client
 
 
-def best_layer_sentence(q: dict) -> str:
-    """Where the SSM states separate tasks best, read off cluster_quality's numbers (the paper found
-    intermediate layers best in Mamba 2.8B; a small model can differ, so the sentence says which)."""
-    acc = q["ssm"]["nn_accuracy"]
-    b = int(np.argmax(acc))
-    layer, n = q["layers"][b], len(q["layers"])
-    where = ("the first layer" if b == 0 else "the last layer" if b == n - 1 else "a middle layer")
-    return (f"Tasks separate best at layer **{layer}** of {q['layers'][0]}–{q['layers'][-1]} (SSM state, "
-            f"{acc[b]:.0%}), {where} here; the paper found the middle layers best in Mamba 2.8B (64 layers).")
-
-
 def retrieval_curve(res: Resources, queries: int = 4, part: str = "ssm", progress=lambda *a, **k: None):
     """/soup_retrieval: top-1 task retrieval accuracy vs k (1..16) per layer."""
     ep = "soup_retrieval"
@@ -350,31 +339,6 @@ def mixing(res: Resources, queries: int = 3, progress=lambda *a, **k: None):
             client_snippet("/soup_mixing", queries=queries))
 
 
-def mixing_summary(rows: list[dict], rmix: list[dict], total: int = 16) -> str:
-    """Fig. 2's numbers as a small table and one computed sentence each (left: soup vs shots;
-    right: a query state alone vs mixed with its retrieved library state)."""
-    by = {(r["k"], r["method"]): r["accuracy"] for r in rows}
-    ks = sorted({r["k"] for r in rows if r["k"] < total})
-    cells = lambda m: " | ".join(f"{by[(k, m)]:.0%}" for k in ks)  # noqa: E731
-    out = (f"Answer accuracy, {total} demonstrations in total, read as states of k shots each:\n\n"
-           f"| k shots per state | " + " | ".join(str(k) for k in ks) + " |\n|---|" + "---|" * len(ks) + "\n"
-           f"| soup of {total}/k states | {cells('soup')} |\n| one k-shot state alone | {cells('k_shots')} |\n\n")
-    wins = [k for k in ks if by[(k, "soup")] > by[(k, "k_shots")]]
-    full = by[(total, "all_shots")]
-    out += (f"One state of all {total} shots: **{full:.0%}**. The soup beats one k-shot state at "
-            + (f"k = {', '.join(map(str, wins))}" if wins else "no k") + "; "
-            + (f"the soup of 4-shot states is {abs(full - by[(4, 'soup')]) * 100:.0f} points "
-               f"{'below' if by[(4, 'soup')] < full else 'above'} all {total} shots in one state "
-               "(the paper: soups of 4-shot states match or beat one 32-shot state)." if 4 in ks else ""))
-    rm = {(r["k"], r["method"]): r for r in rmix}
-    rks = sorted({r["k"] for r in rmix})
-    if rks:
-        out += (" Mixing a k-shot query state with its retrieved library state: "
-                + ", ".join(f"k = {k} {rm[(k, 'query')]['accuracy']:.0%} → {rm[(k, 'retrieved_mix')]['accuracy']:.0%}"
-                            for k in rks) + " (the paper: it helps most at small k).")
-    return out
-
-
 def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt: str = DEFAULT_PROMPT,
              answers: str = DEFAULT_ANSWERS, w: float = 0.5, progress=lambda *a, **k: None):
     """/soup_two_task: x = w·x_a + (1-w)·x_b (each task's state: the soup of its library states);
@@ -404,7 +368,6 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
     ws = sorted(set(np.round(np.linspace(0, 1, 11), 2).tolist()) | {round(w, 3)})
     progress(0.5, desc="mixing and generating")
     rows = soup.two_task_mix(res.model, xa, xb, prompt, answer_list, ws)
-    at = next(r for r in rows if r["w"] == round(w, 3))
     table = pd.DataFrame([{"w": r["w"], "generation": r["generation"], **{f"loss “{a}”": round(v, 3)
                                                                          for a, v in r["losses"].items()}} for r in rows])
     summary = two_task_story(rows, w, task_a, task_b, prompt)
@@ -412,49 +375,6 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
           f"rows = two_task_mix(model, task_state(lib, {task_a!r}), task_state(lib, {task_b!r}), {prompt!r}, {answer_list!r})\n")
     return (plots.two_task_figure(rows, w, task_a, task_b), summary, table, {"rows": rows}, py,
             client_snippet("/soup_two_task", task_a=task_a, task_b=task_b, prompt=prompt, answers="\n".join(answer_list), w=w))
-
-
-def _spans(rows: list[dict], label) -> list[tuple[str, float, float]]:
-    """(label, first w, last w) of each run of rows (sorted by w) sharing label(row)."""
-    out: list = []
-    for r in rows:
-        v = label(r)
-        if out and out[-1][0] == v:
-            out[-1][2] = r["w"]
-        else:
-            out.append([v, r["w"], r["w"]])
-    return [tuple(x) for x in out]
-
-
-def _w_range(lo: float, hi: float) -> str:
-    return f"w = {lo:g}" if lo == hi else f"w = {lo:g}–{hi:g}"
-
-
-def two_task_story(rows: list[dict], w: float, task_a: str, task_b: str, prompt: str) -> str:
-    """The two-skill summary, read off the rows (so it says what the plot shows): what the model
-    writes at w, where along w each generation and each lowest-loss answer holds, and which scored
-    answers are never the most likely (a composition such as the paper's "quinze" would show up as
-    the lowest-loss answer between the two skills' ranges)."""
-    rows = sorted(rows, key=lambda r: r["w"])
-    at = min(rows, key=lambda r: abs(r["w"] - w))
-    gen = lambda r: html.escape(r["generation"]) or "(nothing)"  # noqa: E731
-    gens = _spans(rows, gen)
-    out = (f"At w = {w:g} ({w:.0%} {task_a}, {1 - w:.0%} {task_b}) the model writes **{gen(at)}** after "
-           f"`{html.escape(prompt)}`. ")
-    if len(gens) == 1:
-        out += f"It writes **{gens[0][0]}** at every w from 0 to 1: the mix does not change the answer. "
-    else:
-        out += "From w = 0 to 1 it writes " + ", then ".join(f"**{g}** ({_w_range(a, b)})" for g, a, b in gens) + ". "
-    if rows and rows[0]["losses"]:
-        best = _spans(rows, lambda r: min(r["losses"], key=r["losses"].get))
-        out += "Lowest loss of the answers scored: " + ", then ".join(
-            f"“{html.escape(a)}” ({_w_range(lo, hi)})" for a, lo, hi in best)
-        never = [a for a in rows[0]["losses"] if a not in {b for b, _, _ in best}]
-        if never:
-            out += "; never the lowest: " + ", ".join(
-                f"“{html.escape(a)}” (loss ≥ {min(r['losses'][a] for r in rows):.2f})" for a in never)
-        out += ". "
-    return out + f"w = 0 is {task_b}'s state alone, w = 1 {task_a}'s."
 
 
 def decay(res: Resources, chunk_tokens: int = 100, documents: int = 10, progress=lambda *a, **k: None):
