@@ -300,13 +300,13 @@ def _cache_umap_numba() -> None:
     global _UMAP_CACHED
     if _UMAP_CACHED:
         return
-    _UMAP_CACHED = True
     try:
         from numba.core.caching import NullCache
         from numba.core.registry import CPUDispatcher
         from umap import distances, layouts, spectral, umap_, utils
     except ImportError:  # a stand-in umap (tests) or another numba: fits still work, uncached
         return
+    _UMAP_CACHED = True
     for module in (umap_, layouts, utils, distances, spectral):
         for f in vars(module).values():
             if isinstance(f, CPUDispatcher) and isinstance(f._cache, NullCache):
