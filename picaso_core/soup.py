@@ -43,6 +43,7 @@ from picaso_core.state import ContextState
 PARTS = ("ssm", "conv")
 PROJECTIONS = ("pca", "tsne", "umap")
 _UMAP_LOCK = threading.Lock()  # see project()
+_UMAP_CACHED = False  # see _cache_umap_numba()
 PCA_DIMS = 50  # PCA to this many dimensions before t-SNE / UMAP, as the Embedding Projector does
 DECAY_METHODS = ("concat", "a_decay", "mean", "c2_only")  # sec. 2.3, in the paper's order, best first
 Progress = Callable[[int, int], None]
@@ -285,8 +286,31 @@ def project(x: np.ndarray, method: str = "pca", dim: int = 2, seed: int = 0) -> 
     # numba code (the app's warm-up) raised IndexError in fresh containers (issue #20). A user's first
     # UMAP map therefore waits for the warm-up instead of racing it; warm fits take ~1.6 s.
     with _UMAP_LOCK:
+        _cache_umap_numba()
         return umap.UMAP(n_components=dim, n_neighbors=min(15, n - 1), metric="cosine", random_state=seed,
                          n_jobs=1).fit_transform(z).astype(np.float32)
+
+
+def _cache_umap_numba() -> None:
+    """Keep UMAP's compiled numba code on disk (numba's cache: __pycache__ beside umap-learn, or the
+    user's cache folder where that is read-only). umap-learn compiles its functions without
+    cache=True, so every new process paid the compile again: 11-16 s of a first fit of 240 states on
+    2 shared cores, 0.3 s once loaded from disk (bench/umap_first_map.py). Run before the first fit
+    compiles them (under _UMAP_LOCK)."""
+    global _UMAP_CACHED
+    if _UMAP_CACHED:
+        return
+    try:
+        from numba.core.caching import NullCache
+        from numba.core.registry import CPUDispatcher
+        from umap import distances, layouts, spectral, umap_, utils
+    except ImportError:  # a stand-in umap (tests) or another numba: fits still work, uncached
+        return
+    _UMAP_CACHED = True
+    for module in (umap_, layouts, utils, distances, spectral):
+        for f in vars(module).values():
+            if isinstance(f, CPUDispatcher) and isinstance(f._cache, NullCache):
+                f.enable_caching()
 
 
 def warm_up_umap() -> None:

@@ -7,7 +7,7 @@ Measures, in one run:
     retrieval    top-1 task retrieval accuracy vs k per layer (sec. 2.1, fig. 1 right)
     mixing       soup of 16/k states of k shots vs k shots vs one 16-shot state (fig. 2 left),
                  and a k-shot query state mixed with its nearest library state (fig. 2 right)
-    two tasks    w·x[capitalize] + (1-w)·x[singular_plural] on a held-out word (sec. 2.2)
+    two tasks    the tab's default: w·x[TASK_A] + (1-w)·x[TASK_B] on its query word (sec. 2.2)
     A-decay      loss on a test chunk after c1, c2: concat / A-decay / mean / c2 alone (sec. 2.3)
 Prints the tables and writes assets/demo_model/card_soup.md (the model card's State Soup section)
 and runs/soup/measure.json.

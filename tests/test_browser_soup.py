@@ -1,4 +1,5 @@
-"""Headless Chromium opens the State soup tab, draws the skill map and sees plotly draw it.
+"""Headless Chromium opens the State soup tab, draws the skill map and sees plotly draw it, its
+legend inside the figure at 1400 and 800 px, and a malformed demonstration refused then a good one placed.
 
 Reuses test_browser's `browser` fixture (skips without Chromium / selenium) and test_app's
 `app_url`. Leaves a screenshot at $PICASO_SOUP_SCREENSHOT (default <tmp>/picaso_soup.png)."""
@@ -31,8 +32,37 @@ def test_soup_tab_draws_the_skill_map(browser, app_url):  # noqa: F811
     assert plot
     WebDriverWait(browser, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#soup-map .scatterlayer .trace")) >= 20)
     legend = browser.find_element(By.CSS_SELECTOR, "#soup-map .legend").text
-    assert "antonym_shuffled" in legend and "your demonstration" in legend
+    assert "antonym" in legend and "labels shuffled" in legend and "your demonstration" in legend
     summary = browser.find_element(By.ID, "soup-summary").text
-    assert "nearest neighbour" in summary
+    assert "nearest neighbour" in summary and "Tasks separate best at layer" in summary
     shot = os.environ.get("PICASO_SOUP_SCREENSHOT", str(Path(tempfile.gettempdir()) / "picaso_soup.png"))
     browser.save_screenshot(shot)
+    # the 20 tasks' legend fits inside the figure, at 1400 px and at 800 px (issue #27: it was cut off)
+    try:
+        for width in (1400, 800):
+            browser.set_window_size(width, 2000)
+            WebDriverWait(browser, 10).until(lambda d: _legend_inside(d))
+    finally:
+        browser.set_window_size(1400, 2000)
+    # a malformed demonstration gets a one-line message naming the line, then a good one is placed
+    box = browser.find_element(By.CSS_SELECTOR, "#soup-demos textarea")
+    box.clear()
+    box.send_keys("no arrow here at all")
+    browser.find_element(By.ID, "soup-place").click()
+    toast = WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".toast-body"))
+    assert "line 1" in toast[0].text and "question → answer" in toast[0].text
+    box.clear()
+    box.send_keys("cat → cats\ndog → dogs")
+    browser.find_element(By.ID, "soup-place").click()
+    WebDriverWait(browser, 120).until(lambda d: not d.find_elements(By.CSS_SELECTOR, ".toast-body")
+                                      and "Your demonstration's state" in d.find_element(By.ID, "soup-summary").text)
+
+
+def _legend_inside(driver) -> bool:
+    return driver.execute_script("""
+        const l = document.querySelector('#soup-map .legend'), p = document.querySelector('#soup-map .main-svg');
+        if (!l || !p) return false;
+        const a = l.getBoundingClientRect(), b = p.getBoundingClientRect();
+        return a.width > 0 && a.left >= b.left - 1 && a.right <= b.right + 1 && a.top >= b.top - 1
+               && a.bottom <= b.bottom + 1 && !document.querySelector('#soup-map .legend .scrollbar[height]:not([height="0"])');
+    """)

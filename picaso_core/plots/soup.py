@@ -63,13 +63,19 @@ def state_map(coords: np.ndarray, tasks: Sequence[str], texts: Sequence[str], ti
         marker = dict(color=colors[base(task)], size=5 if dim == 3 else 9,
                       symbol="circle-open" if shuffled else "circle", line=dict(width=2 if shuffled else 0.5,
                                                                                      color=colors[base(task)] if shuffled else "white"))
-        common = dict(name=task, mode="markers", marker=marker, legendgroup=base(task),
+        # One legend entry per base task (its shuffled twin shares the entry: a click toggles both), so
+        # the 20 tasks' legend fits below the map at 800 px too (issue #27: it was cut off at the right).
+        common = dict(name=task, mode="markers", marker=marker, legendgroup=base(task), showlegend=not shuffled,
                       text=[_hover(texts[i]) for i in idx], customdata=[[task]] * len(idx),
                       hovertemplate="<b>%{customdata[0]}</b><br>%{text}<extra></extra>")
         if dim == 3:
             fig.add_trace(go.Scatter3d(x=coords[idx, 0], y=coords[idx, 1], z=coords[idx, 2], **common))
         else:
             fig.add_trace(go.Scatter(x=coords[idx, 0], y=coords[idx, 1], **common))
+    if any(t.endswith(SHUFFLED) for t in tasks):  # the key to the open markers, a legend entry of its own
+        key = dict(name="open circle: labels shuffled", mode="markers", hoverinfo="skip",
+                   marker=dict(symbol="circle-open", color="#6b7280", size=9, line=dict(width=2)))
+        fig.add_trace(go.Scatter3d(x=[None], y=[None], z=[None], **key) if dim == 3 else go.Scatter(x=[None], y=[None], **key))
     if query is not None:
         q = list(query["xy"])
         common = dict(name=query.get("label", "your demonstration"), mode="markers",
@@ -81,8 +87,8 @@ def state_map(coords: np.ndarray, tasks: Sequence[str], texts: Sequence[str], ti
         else:
             fig.add_trace(go.Scatter(x=[q[0]], y=[q[1]], **common))
     labels = [f"{axis} 1", f"{axis} 2", f"{axis} 3"]
-    fig.update_layout(title=dict(text=title, x=0.01), template=TEMPLATE, height=620, margin=dict(l=50, r=10, t=60, b=50),
-                      legend=dict(title="task (open: labels shuffled)", itemsizing="constant", font=dict(size=11)))
+    fig.update_layout(title=dict(text=title, x=0.01), template=TEMPLATE, height=680, margin=dict(l=50, r=10, t=60, b=40),
+                      legend=dict(orientation="h", x=0, y=-0.1, yanchor="top", itemsizing="constant", font=dict(size=11)))
     if dim == 3:
         fig.update_layout(scene=dict(xaxis_title=labels[0], yaxis_title=labels[1], zaxis_title=labels[2]))
     else:
@@ -165,7 +171,8 @@ def two_task_figure(rows: Sequence[dict], w: float | None = None, task_a: str = 
         fig.add_vline(x=w, line_dash="dot", line_color="#6b7280")
     fig.update_xaxes(title=f"w  (state = w·x[{task_a}] + (1 − w)·x[{task_b}])", range=[-0.03, 1.03])
     fig.update_yaxes(title="answer loss (nats / token)")
-    fig.update_layout(template=TEMPLATE, height=360, margin=dict(l=60, r=10, t=40, b=50),
+    fig.update_layout(template=TEMPLATE, height=400, margin=dict(l=60, r=10, t=40, b=50),
+                      legend=dict(orientation="h", x=0, y=-0.25, yanchor="top"),
                       title=dict(text=f"Mixing two skills: w = 0 is {task_b} alone, w = 1 is {task_a} alone", x=0.01))
     return fig
 
