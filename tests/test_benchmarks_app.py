@@ -77,3 +77,27 @@ def test_benchmarks_endpoint_through_gradio_client(app_url):  # noqa: F811
     assert summary["n"]["picaso_r"] == [2, 2]
     with pytest.raises(Exception, match="k up to 10"):
         client.predict(samples=1, ks="0,50", methods=["none"], retriever="minilm", api_name="/benchmarks")
+
+
+def test_shipped_figures_have_sane_k_ranges_and_uncluttered_log_axes():
+    """Issue 27, point 7: a k axis spans the k that were run (the 50-chunk plot ran from -27.6 to 55),
+    and log axes label 1-2-5 ticks only (not plotly's '2 3 4 5 6 7 8 9 100 2 3 4')."""
+    from picaso_core.plots import experiments as P
+
+    summary = B.load_shipped()
+    checked = 0
+    for elem_id, _, _, fig in P.all_figures(summary):
+        lay = fig.layout
+        for ax in (lay.xaxis, lay.yaxis):
+            if ax.type == "log":
+                assert ax.tickvals, elem_id
+                mantissas = {round(v / 10 ** math.floor(math.log10(v)), 6) for v in ax.tickvals}
+                assert mantissas <= {1, 2, 5} or len(ax.tickvals) == 2, (elem_id, ax.tickvals)
+                checked += 1
+        xs = [x for tr in fig.data for x in (tr.x or []) if isinstance(x, (int, float)) and x is not None]
+        if lay.xaxis.range and xs and lay.xaxis.type != "log":
+            lo, hi = lay.xaxis.range
+            assert lo >= min(xs) - 0.1 * (max(xs) - min(xs)) - 1 and hi <= max(xs) + 0.1 * (max(xs) - min(xs)) + 1, \
+                (elem_id, lay.xaxis.range, min(xs), max(xs))
+            checked += 1
+    assert checked >= 3

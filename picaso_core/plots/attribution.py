@@ -37,7 +37,8 @@ def score_bars(context_ids: Sequence[str], gold: Sequence[bool], scores: dict[st
     rows = math.ceil(len(methods) / cols)
     titles = []
     for m in methods:
-        t = f" · {1e3 * seconds[m]:.0f} ms" if seconds and m in seconds else ""
+        # the time on a second line: one line ("Surrogate (PICASO-R) · 679 ms") outgrew a panel at 800 px
+        t = f"<br>{1e3 * seconds[m]:.0f} ms" if seconds and m in seconds else ""
         titles.append(f"{names.get(m, m)}{t}")
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.06,
                         vertical_spacing=0.28 / max(1, rows - 1) if rows > 1 else 0.1)
@@ -58,7 +59,8 @@ def score_bars(context_ids: Sequence[str], gold: Sequence[bool], scores: dict[st
         fig.update_xaxes(tickangle=-35, tickfont=dict(size=10), row=r, col=c)
     for name, color in (("gold context ★ (labelled)", GOLD), ("other context", OTHER)):  # legend entries only
         fig.add_bar(x=[None], y=[None], name=name, marker_color=color, row=1, col=1)
-    fig.update_layout(height=300 * rows + 80, template=TEMPLATE, margin=dict(l=50, r=20, t=60, b=40),
+    fig.update_annotations(font_size=12)  # the subplot titles
+    fig.update_layout(height=300 * rows + 80, template=TEMPLATE, margin=dict(l=50, r=20, t=75, b=40),
                       legend=dict(orientation="h", x=1, xanchor="right", y=1.0 + 0.12 / rows, yanchor="bottom"),
                       title=dict(text="Score per context (higher = matters more; outlined: the top one)",
                                  x=0, font=dict(size=14)))

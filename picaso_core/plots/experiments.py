@@ -7,6 +7,8 @@ and units, a legend and hover text.
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -30,10 +32,29 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, **kw) -> go.Figure:
 
 
 def _integer_ks(fig: go.Figure, ks) -> go.Figure:
-    """Whole-number ticks on a k axis."""
-    if ks and max(ks) <= 12:
-        fig.update_xaxes(dtick=1)
+    """Whole-number ticks on a k axis, its range fixed to the k run (an annotation or a vline must
+    not stretch it: the 50-chunk plot's axis ran from -27.6 to 55)."""
+    if ks:
+        pad = max(0.5, 0.03 * (max(ks) - min(ks)))
+        fig.update_xaxes(range=[min(ks) - pad, max(ks) + pad], autorange=False)
+        if max(ks) <= 12:
+            fig.update_xaxes(dtick=1)
     return fig
+
+
+def _log_ticks(values) -> dict:
+    """Axis settings for a log axis: labelled ticks at 1-2-5 × 10^n inside the data's range only
+    (plotly's own minor labels read "2 3 4 5 6 7 8 9 100 2 3" over a short range)."""
+    vals = [v for v in values if v is not None and v > 0]
+    if not vals:
+        return dict(type="log")
+    lo, hi = min(vals), max(vals)
+    ticks = [m * 10 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5)]
+    inside = [t for t in ticks if lo / 1.3 <= t <= hi * 1.3]
+    if len(inside) < 2:  # a range inside one 1-2-5 step: its ends
+        inside = [lo, hi]
+    return dict(type="log", tickvals=inside, ticktext=[f"{t:g}" for t in inside], minor=dict(showgrid=False))
 
 
 def _empty(title: str, message: str) -> go.Figure:
@@ -82,7 +103,7 @@ def time_vs_k(curve: dict | None, include_picconcat: bool = False,
             customdata=list(zip(comp, proc)),
             hovertemplate=f"<b>{NAMES[m]}</b><br>k = %{{x}}<br>total %{{y:.1f}} ms<br>compose %{{customdata[0]:.2f}} ms"
                           "<br>process %{customdata[1]:.1f} ms<extra></extra>"))
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(**_log_ticks([v for tr in fig.data for v in tr.y]))
     return _integer_ks(_layout(fig, title, "retrieved chunks k", "ms per query (compose + process, log scale)"), ks)
 
 
@@ -103,7 +124,7 @@ def cost_vs_loss(curve: dict | None, title: str | None = None) -> go.Figure:
         lo = sum(p[1] for p in pts) / len(pts)
         fig.add_trace(go.Scatter(x=[t], y=[lo], name=NAMES[m], mode="markers", marker=dict(size=13, color=COLORS[m]),
                                  hovertemplate=f"<b>{NAMES[m]}</b><br>%{{x:.1f}} ms per query<br>loss %{{y:.3f}}<extra></extra>"))
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(**_log_ticks([v for tr in fig.data for v in tr.x]))
     return _layout(fig, title, "ms per query (compose + process, log scale)", f"mean loss over {over} (nats / token)")
 
 
@@ -118,7 +139,8 @@ def long_sweep(long: dict | None, training_tokens: int | None = None,
         past = [k for k, t in zip(long["ks"], tok) if t is not None and t > training_tokens]
         if past:
             fig.add_vline(x=past[0], line=dict(color="#9ca3af", dash="dash"),
-                          annotation_text=f"contexts > {training_tokens} training tokens", annotation_position="top left")
+                          annotation_text=f"contexts > {training_tokens} training tokens",
+                          annotation_position="top right")  # right of the line: inside the plot
     return fig
 
 

@@ -402,8 +402,9 @@ def render(res: Resources) -> None:
                 gr.Markdown("\n".join(f"- **{NAMES[m]}**: {DESCRIBE[m]}" for m in METHODS))
     bars = gr.Plot(label="Score per context, per method", elem_id="attribution-bars")
     with gr.Row():
-        heat = gr.Plot(label="Contexts x methods", elem_id="attribution-heatmap")
-        tokens = gr.Plot(label="Contexts x answer tokens", elem_id="attribution-tokens")
+        # min_width: below ~1100 px the two stack instead of squeezing their titles
+        heat = gr.Plot(label="Contexts x methods", elem_id="attribution-heatmap", min_width=520)
+        tokens = gr.Plot(label="Contexts x answer tokens", elem_id="attribution-tokens", min_width=520)
     with gr.Accordion("Scores as plain data (what /attribute returns)", open=False):
         data = gr.JSON(label="Scores (plain data)")
     with gr.Accordion("Precision over the labelled split (paper table 4)", open=False):
