@@ -10,34 +10,7 @@ import tempfile
 from pathlib import Path
 
 from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
-from test_browser import browser  # noqa: F401
-
-
-# each rendered plot title / axis title against its own svg, and against the Gradio label laid over
-# the plot's top left corner: [plot id, what, text] for each one cut or covered
-LAYOUT_PROBLEMS_JS = """
-const out = [], box = e => e.getBoundingClientRect();
-const hit = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
-for (const id of arguments[0]) {
-  document.querySelectorAll(`#${id} .js-plotly-plot`).forEach(p => {
-    const svg = box(p.querySelector('.main-svg'));
-    const label = p.closest('.block').querySelector('[data-testid=block-label]');
-    p.querySelectorAll('.gtitle, .g-xtitle, .g-ytitle, .g-x2title, .g-y2title, .annotation-text').forEach(t => {
-      const b = box(t);
-      if (!b.width) return;
-      if (b.left < svg.left - 1 || b.right > svg.right + 1 || b.top < svg.top - 1 || b.bottom > svg.bottom + 1)
-        out.push([id, 'clipped', t.textContent]);
-      if (label && hit(b, box(label))) out.push([id, 'under the label', t.textContent]);
-    });
-  });
-}
-return out;
-"""
-
-
-def layout_problems(driver, ids) -> list:
-    """Plot titles, axis titles and annotations cut by their figure or covered by Gradio's label."""
-    return driver.execute_script(LAYOUT_PROBLEMS_JS, list(ids))
+from test_browser import browser, layout_problems  # noqa: F401
 
 
 def _plots_drawn(d):
