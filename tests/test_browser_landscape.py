@@ -13,6 +13,11 @@ from test_app import app_url  # noqa: F401  (the launched app, a session fixture
 from test_browser import browser, layout_problems  # noqa: F401
 
 
+def _text_fits(d, eid: str) -> bool:
+    """The dropdown's shown choice is not cut off (its text fits its input box)."""
+    return d.execute_script(f"const i = document.querySelector('#{eid} input'); return i.scrollWidth <= i.clientWidth")
+
+
 def _plots_drawn(d):
     from selenium.webdriver.common.by import By
 
@@ -46,6 +51,7 @@ def test_landscape_tab_draws_both_planes(browser, app_url):  # noqa: F811
     assert browser.find_elements(By.CSS_SELECTOR, "#landscape-line .js-plotly-plot")
     plots = ("landscape-soup", "landscape-caso", "landscape-line")
     assert layout_problems(browser, plots) == []
+    assert _text_fits(browser, "landscape-pair")
     shot = os.environ.get("PICASO_SCREENSHOT_LANDSCAPE", str(Path(tempfile.gettempdir()) / "picaso_landscape.png"))
     browser.save_screenshot(shot)
 
@@ -56,6 +62,7 @@ def test_landscape_tab_draws_both_planes(browser, app_url):  # noqa: F811
     soup, caso = (browser.find_element(By.ID, eid).rect for eid in ("landscape-soup", "landscape-caso"))
     assert caso["y"] >= soup["y"] + soup["height"] - 1  # one below the other
     wait.until(lambda d: not layout_problems(d, plots))  # plotly redraws after the resize
+    assert _text_fits(browser, "landscape-pair")
     # the prop. 4 table fits: its last column ("holds") is inside the table's box, no scrolling
     table = browser.find_element(By.ID, "landscape-distances")
     last = [h for h in table.find_elements(By.CSS_SELECTOR, "th") if h.text.strip() == "holds"]

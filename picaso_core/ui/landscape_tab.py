@@ -40,13 +40,15 @@ PAIRS = {"u2-u3": (1, 2), "u1-u2": (0, 1), "u1-u3": (0, 2)}  # 0-based; u3 is th
 EXAMPLES_SHOWN = 200
 SHIPPED = ASSETS / "demo_data" / "landscape_default.json"
 CACHE_VERSION = "landscape/1"
-EXPLAIN = (
-    "**Left:** the loss over the plane through the three retrieved contexts' own states x(u₁), x(u₂), "
-    "x(u₃); their mean (★) is **Soup**. **Right:** the plane through the three CASO states of the "
-    "cyclic orders; their mean (★) is **PICASO-R**. Both share one colour scale, spaced by quantile so that "
-    "each plane's structure shows (the colour bar reads loss); the axes are distances in state space. Look at the size of the dashed triangles and the colour under each ★: "
-    "PICASO's claim (sec. 4, prop. 4) is that CASO states sit closer together, where the loss is "
-    "nearly linear, so their mean loses little. ◆ is Concat's state projected onto each plane."
+EXPLAIN = (  # "first / second", not "left / right": below ~1000 px the planes stack
+    "**Soup plane** (first): the loss over the plane through the three retrieved contexts' own states "
+    "x(u₁), x(u₂), x(u₃); their mean (★) is **Soup**. **CASO plane** (second): the plane through the three "
+    "CASO states of the cyclic orders; their mean (★) is **PICASO-R**. Both share one colour scale, spaced by "
+    "quantile so that each plane's structure shows (the colour bar reads loss); the axes are distances in "
+    "state space. Look at the size of the dashed triangles and the colour under each ★: PICASO's claim "
+    "(sec. 4, prop. 4) is that CASO states sit closer together, where the loss is nearly linear, so their "
+    "mean loses little; the finding below gives this model's numbers. ◆ is Concat's state projected onto "
+    "each plane."
 )
 
 _lock = threading.Lock()
@@ -293,8 +295,8 @@ def render(res: Resources) -> None:
                              info=f"the top-{K} retrieved contexts of a corpus sample, or the average (~2 min on 2 CPU cores for the demo model; shown at once when cached)")
         steps = gr.Slider(STEPS_MIN, STEPS_MAX, value=STEPS, step=2, label="Grid steps per axis", scale=1,
                           min_width=260, info="steps² loss evaluations per plane")
-        pair = gr.Dropdown([("u₂ and u₃ (most relevant)", "u2-u3"), ("u₁ and u₂", "u1-u2"), ("u₁ and u₃", "u1-u3")],
-                           value="u2-u3", label="Pair (1-D plot, prop. 4)", scale=1, min_width=230,
+        pair = gr.Dropdown([("u₂, u₃ (most relevant)", "u2-u3"), ("u₁, u₂", "u1-u2"), ("u₁, u₃", "u1-u3")],
+                           value="u2-u3", label="Pair (1-D plot, prop. 4)", scale=1, min_width=280,
                            elem_id="landscape-pair")
         view = gr.Radio(["contour", "surface"], value="contour", label="View", scale=1, min_width=160)
     run = gr.Button("Compute landscape", variant="primary", elem_id="landscape-run", interactive=not blocked(res))
