@@ -42,7 +42,7 @@ def test_live_sweep_yields_after_each_sample_with_the_baseline_at_k0(res):  # no
     at0 = [summary["loss"][m][0] for m in METHODS]
     assert max(at0) - min(at0) < 1e-5  # k = 0: every method is the baseline
     assert {t.name for t in loss_fig.data} >= {"Concat", "PICASO-R", "None (baseline)"}
-    assert "2 of 2 samples" in status and "api_name='/benchmarks'" in cl and "run_sweep" in py
+    assert "2 of 2 samples" in status and "k = 0, 1, 2" in status and "mean over k = 1, 2:" in status and "api_name='/benchmarks'" in cl and "run_sweep" in py
     json.dumps(summary)  # plain data for the gr.JSON output
     assert all(math.isfinite(x) for x in summary["loss"]["picaso_r"])
 
@@ -77,6 +77,50 @@ def test_benchmarks_endpoint_through_gradio_client(app_url):  # noqa: F811
     assert summary["n"]["picaso_r"] == [2, 2]
     with pytest.raises(Exception, match="k up to 10"):
         client.predict(samples=1, ks="0,50", methods=["none"], retriever="minilm", api_name="/benchmarks")
+
+
+# ---- talk-ready figures (#27 point 7) ----------------------------------------------------------------
+def _decade_step(t: float) -> float:
+    return round(t / 10 ** math.floor(math.log10(t) + 1e-9), 6)
+
+
+@pytest.mark.parametrize("values, ticks", [
+    ([12, 15], [10, 20]), ([12, 90], [10, 20, 50, 100]), ([3, 4], [2, 5]), ([0.5, 30000], [0.1, 1, 10, 100, 1e3, 1e4, 1e5]),
+])
+def test_log_ticks_are_1_2_5_steps_covering_the_data(values, ticks):
+    assert B.P.log_ticks(values) == pytest.approx(ticks)
+
+
+def test_the_shipped_figures_have_sane_axes_and_a_caption_that_matches_the_data():
+    summary = B.load_shipped()
+    figs = {f[0]: f for f in B.P.all_figures(summary)}
+    # log axes: labels at 1-2-5 steps only, at least two, spanning every point
+    for eid, axis in (("bench-time-vs-k", "yaxis"), ("bench-cost", "xaxis")):
+        fig = figs[eid][3]
+        ax = fig.layout[axis]
+        vals = [v for t in fig.data for v in (t.y if axis == "yaxis" else t.x) if v is not None]
+        assert ax.type == "log" and len(ax.tickvals) >= 2 and ax.ticktext
+        assert all(_decade_step(t) in (1, 2, 5) for t in ax.tickvals)
+        assert ax.tickvals[0] <= min(vals) and ax.tickvals[-1] >= max(vals)
+        assert 10 ** ax.range[0] <= min(vals) and 10 ** ax.range[1] >= max(vals)
+    # the long sweep's k axis: the data's range, not -27.6 to 55
+    long = summary["long"]
+    rng = figs["bench-long"][3].layout.xaxis.range
+    assert min(long["ks"]) - 3 <= rng[0] < min(long["ks"]) and max(long["ks"]) < rng[1] <= max(long["ks"]) + 3
+    # its caption says what the figure shows at the largest k, then what the paper shows
+    caption = figs["bench-long"][2]
+    i = len(long["ks"]) - 1
+    assert f"At k = {long['ks'][i]}" in caption and f"baseline {long['loss']['none'][i]:.3f}" in caption
+    above = [B.P.NAMES[m] for m in long["methods"][1:] if (long["loss"][m][i] or 0) > long["loss"]["none"][i]]
+    assert (f"above the baseline: {', '.join(above)}." if above else "every method stays below") in caption
+    assert caption.index("At k =") < caption.index("In the paper")
+
+
+def test_the_live_time_axis_reads_1_2_5_too(res):  # noqa: F811
+    *_, (_, time_fig, status, _, _, _) = B.run_live(res, samples=1, ks="0,2,3", methods=["concat", "picaso_r"],
+                                                    retriever="bm25")
+    assert all(_decade_step(t) in (1, 2, 5) for t in time_fig.layout.yaxis.tickvals)
+    assert "mean over k = 2, 3" in status  # the k actually run, not 1..10
 
 
 def test_shipped_figures_have_sane_k_ranges_and_uncluttered_log_axes():

@@ -11,7 +11,7 @@ from pathlib import Path
 from picaso_core import experiments as E
 from picaso_core.ui import benchmarks_tab as B
 from test_app import app_url  # noqa: F401
-from test_browser import browser  # noqa: F401
+from test_browser import browser, layout_problems  # noqa: F401
 
 SHOTS = Path(os.environ.get("PICASO_SCREENSHOT_DIR", tempfile.gettempdir()))
 
@@ -35,6 +35,18 @@ def test_benchmarks_tab_shows_the_demo_run_and_runs_a_sweep(browser, app_url):  
                                       or "samples done" in d.find_element(By.ID, "bench-status").text)
     assert wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#bench-live-loss .js-plotly-plot"))
     browser.save_screenshot(str(SHOTS / "picaso_benchmarks_tab.png"))
+    # the status names the k values run (0, 1, 2, 5 by default: the mean is over k = 1, 2, 5)
+    assert "mean over k = 1, 2, 5" in browser.find_element(By.ID, "bench-status").text
+    # 800 px: every figure full width, no title, axis title or annotation cut or under Gradio's label
+    ids = [f[0] for f in B.P.all_figures(B.load_shipped())] + ["bench-live-loss", "bench-live-time"]
+    browser.set_window_size(800, 2000)
+    width = lambda eid: browser.find_element(By.CSS_SELECTOR, f"#{eid} .main-svg").size["width"]  # noqa: E731
+    wait.until(lambda d: all(width(eid) > 600 for eid in ids))
+    wait.until(lambda d: not layout_problems(d, ids))
+    # log axes label 1-2-5 steps only (plotly's own labels every minor step: "2 3 4 ... 9 100 2 3")
+    ticks = browser.execute_script(
+        "return [...document.querySelectorAll('#bench-time-vs-k .ytick text')].map(t => t.textContent)")
+    assert ticks and all(t.lstrip("0.").rstrip("0") in ("1", "2", "5") for t in ticks), ticks
 
 
 def test_report_html_opens_offline_with_every_figure(browser, tmp_path):  # noqa: F811

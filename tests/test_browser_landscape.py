@@ -1,5 +1,6 @@
 """Headless Chromium: the Loss landscape tab shows its default view (both planes drawn) on opening,
-and a run on one sample redraws both planes. Skips without chromium / chromedriver / selenium.
+and a run on one sample redraws both planes; at 800 px wide the planes stack and no plot title,
+axis title or table column is cut (#27 point 6). Skips without chromium / chromedriver / selenium.
 Leaves a screenshot at $PICASO_SCREENSHOT_LANDSCAPE (default: <tmp>/picaso_landscape.png)."""
 
 from __future__ import annotations
@@ -9,7 +10,12 @@ import tempfile
 from pathlib import Path
 
 from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
-from test_browser import browser  # noqa: F401
+from test_browser import browser, layout_problems  # noqa: F401
+
+
+def _text_fits(d, eid: str) -> bool:
+    """The dropdown's shown choice is not cut off (its text fits its input box)."""
+    return d.execute_script(f"const i = document.querySelector('#{eid} input'); return i.scrollWidth <= i.clientWidth")
 
 
 def _plots_drawn(d):
@@ -43,5 +49,21 @@ def test_landscape_tab_draws_both_planes(browser, app_url):  # noqa: F811
         assert browser.find_elements(By.CSS_SELECTOR, f"#{eid} .js-plotly-plot .contourlayer, #{eid} .js-plotly-plot .hm")
         assert browser.find_elements(By.CSS_SELECTOR, f"#{eid} .js-plotly-plot .scatterlayer .point")
     assert browser.find_elements(By.CSS_SELECTOR, "#landscape-line .js-plotly-plot")
+    plots = ("landscape-soup", "landscape-caso", "landscape-line")
+    assert layout_problems(browser, plots) == []
+    assert _text_fits(browser, "landscape-pair")
     shot = os.environ.get("PICASO_SCREENSHOT_LANDSCAPE", str(Path(tempfile.gettempdir()) / "picaso_landscape.png"))
     browser.save_screenshot(shot)
+
+    # 800 px: the planes stack at full width (they were squeezed to 344 px side by side), titles whole
+    browser.set_window_size(800, 2000)
+    width = lambda eid: browser.find_element(By.CSS_SELECTOR, f"#{eid} .main-svg").size["width"]  # noqa: E731
+    wait.until(lambda d: width("landscape-soup") > 600)
+    soup, caso = (browser.find_element(By.ID, eid).rect for eid in ("landscape-soup", "landscape-caso"))
+    assert caso["y"] >= soup["y"] + soup["height"] - 1  # one below the other
+    wait.until(lambda d: not layout_problems(d, plots))  # plotly redraws after the resize
+    assert _text_fits(browser, "landscape-pair")
+    # the prop. 4 table fits: its last column ("holds") is inside the table's box, no scrolling
+    table = browser.find_element(By.ID, "landscape-distances")
+    last = [h for h in table.find_elements(By.CSS_SELECTOR, "th") if h.text.strip() == "holds"]
+    assert last and last[0].rect["x"] + last[0].rect["width"] <= table.rect["x"] + table.rect["width"] + 1

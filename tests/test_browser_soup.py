@@ -49,8 +49,10 @@ def test_soup_tab_draws_the_skill_map(browser, app_url):  # noqa: F811
     box.clear()
     box.send_keys("no arrow here at all")
     browser.find_element(By.ID, "soup-place").click()
-    toast = WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".toast-body"))
-    assert "line 1" in toast[0].text and "question → answer" in toast[0].text
+    # the toast's element appears before its text: wait for the text
+    toast = WebDriverWait(browser, 60).until(
+        lambda d: [t for t in d.find_elements(By.CSS_SELECTOR, ".toast-body") if "line 1" in t.text])
+    assert "question → answer" in toast[0].text
     box.clear()
     box.send_keys("cat → cats\ndog → dogs")
     browser.find_element(By.ID, "soup-place").click()

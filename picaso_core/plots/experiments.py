@@ -32,29 +32,41 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, **kw) -> go.Figure:
 
 
 def _integer_ks(fig: go.Figure, ks) -> go.Figure:
-    """Whole-number ticks on a k axis, its range fixed to the k run (an annotation or a vline must
-    not stretch it: the 50-chunk plot's axis ran from -27.6 to 55)."""
+    """Whole-number ticks on a k axis, and its range from the data (plotly's autorange also makes room
+    for annotations: the long sweep's k axis ran from -27.6 to 55)."""
     if ks:
-        pad = max(0.5, 0.03 * (max(ks) - min(ks)))
-        fig.update_xaxes(range=[min(ks) - pad, max(ks) + pad], autorange=False)
+        pad = max(0.3, 0.03 * (max(ks) - min(ks)))
+        fig.update_xaxes(range=[min(ks) - pad, max(ks) + pad])
         if max(ks) <= 12:
             fig.update_xaxes(dtick=1)
     return fig
 
 
-def _log_ticks(values) -> dict:
-    """Axis settings for a log axis: labelled ticks at 1-2-5 × 10^n inside the data's range only
-    (plotly's own minor labels read "2 3 4 5 6 7 8 9 100 2 3" over a short range)."""
-    vals = [v for v in values if v is not None and v > 0]
+def log_ticks(values) -> list[float]:
+    """Tick values for a log axis over `values`: 1, 2, 5 times each power of ten (decades only past
+    three decades), from the tick at or below the smallest value to the one at or above the largest,
+    so there are always two or more. Plotly's own log ticks label every minor step ("2 3 4 ... 9 100 2 3")."""
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     if not vals:
-        return dict(type="log")
+        return [1, 10]
     lo, hi = min(vals), max(vals)
-    ticks = [m * 10 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-             for m in (1, 2, 5)]
-    inside = [t for t in ticks if lo / 1.3 <= t <= hi * 1.3]
-    if len(inside) < 2:  # a range inside one 1-2-5 step: its ends
-        inside = [lo, hi]
-    return dict(type="log", tickvals=inside, ticktext=[f"{t:g}" for t in inside], minor=dict(showgrid=False))
+    steps = (1,) if math.log10(hi / lo) > 3 else (1, 2, 5)
+    ticks = [m * 10 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1) for m in steps]
+    ticks = [float(f"{t:.6g}") for t in ticks]
+    first = max(t for t in ticks if t <= lo * (1 + 1e-9))
+    last = min(t for t in ticks if t >= hi * (1 - 1e-9))
+    return [t for t in ticks if first <= t <= last]
+
+
+def _log_axis(fig: go.Figure, values, axis: str = "y") -> go.Figure:
+    """A log axis with labels at log_ticks only, spanning them (a small margin either side)."""
+    ticks = log_ticks(values)
+    lo, hi = math.log10(ticks[0]), math.log10(ticks[-1])
+    pad = 0.03 * (hi - lo)
+    (fig.update_yaxes if axis == "y" else fig.update_xaxes)(
+        type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], minor=dict(showgrid=False, ticks=""),
+        range=[lo - pad, hi + pad])
+    return fig
 
 
 def _empty(title: str, message: str) -> go.Figure:
@@ -103,7 +115,7 @@ def time_vs_k(curve: dict | None, include_picconcat: bool = False,
             customdata=list(zip(comp, proc)),
             hovertemplate=f"<b>{NAMES[m]}</b><br>k = %{{x}}<br>total %{{y:.1f}} ms<br>compose %{{customdata[0]:.2f}} ms"
                           "<br>process %{customdata[1]:.1f} ms<extra></extra>"))
-    fig.update_yaxes(**_log_ticks([v for tr in fig.data for v in tr.y]))
+    _log_axis(fig, [y for t in fig.data for y in t.y])
     return _integer_ks(_layout(fig, title, "retrieved chunks k", "ms per query (compose + process, log scale)"), ks)
 
 
@@ -124,7 +136,7 @@ def cost_vs_loss(curve: dict | None, title: str | None = None) -> go.Figure:
         lo = sum(p[1] for p in pts) / len(pts)
         fig.add_trace(go.Scatter(x=[t], y=[lo], name=NAMES[m], mode="markers", marker=dict(size=13, color=COLORS[m]),
                                  hovertemplate=f"<b>{NAMES[m]}</b><br>%{{x:.1f}} ms per query<br>loss %{{y:.3f}}<extra></extra>"))
-    fig.update_xaxes(**_log_ticks([v for tr in fig.data for v in tr.x]))
+    _log_axis(fig, [x for t in fig.data for x in t.x], "x")
     return _layout(fig, title, "ms per query (compose + process, log scale)", f"mean loss over {over} (nats / token)")
 
 
@@ -140,8 +152,31 @@ def long_sweep(long: dict | None, training_tokens: int | None = None,
         if past:
             fig.add_vline(x=past[0], line=dict(color="#9ca3af", dash="dash"),
                           annotation_text=f"contexts > {training_tokens} training tokens",
-                          annotation_position="top right")  # right of the line: inside the plot
+                          annotation_position="top right", annotation_bgcolor="rgba(255,255,255,0.8)")
     return fig
+
+
+def long_caption(long: dict | None, training_tokens: int | None = None) -> str:
+    """What the long sweep shows at its largest k, beside what the paper's fig. 6 shows."""
+    paper = "In the paper (fig. 6) Concat blows up past the training length while PICASO stays below the baseline."
+    if not long or not long.get("ks") or "none" not in long.get("loss", {}):
+        return "Loss as k grows to 50 chunks, past the model's training length. " + paper
+    i = len(long["ks"]) - 1
+    k, base = long["ks"][i], long["loss"]["none"][i]
+    at = {m: long["loss"][m][i] for m in long["methods"] if m != "none" and long["loss"][m][i] is not None}
+    tok = (long.get("context_tokens") or {}).get("concat") or [None] * (i + 1)
+    where = (f" (about {tok[i]:.0f} context tokens, {tok[i] / training_tokens:.1f}× the model's {training_tokens} "
+             "training tokens)") if tok[i] and training_tokens else ""
+    above = [NAMES[m] for m in at if at[m] > base]
+    best = min(at, key=at.get) if at else None
+    parts = [f"Loss as k grows to {k} chunks; the dashed line marks where the contexts pass the training length. "
+             f"At k = {k}{where}: baseline {base:.3f}"]
+    parts += [f", {NAMES[m]} {at[m]:.3f}" for m in at]
+    text = "".join(parts) + ". "
+    if best:
+        text += f"Lowest: {NAMES[best]}; "
+        text += (f"above the baseline: {', '.join(above)}. " if above else "every method stays below the baseline. ")
+    return text + paper
 
 
 def retriever_ablation(retrievers: dict | None, title: str = "PICASO-R by retriever (fig. 8)") -> go.Figure:
@@ -255,8 +290,7 @@ def all_figures(summary: dict) -> list[tuple[str, str, str, go.Figure]]:
          "its accuracy with n times Concat's tokens (fig. 5).", cost_vs_loss(main)),
         ("bench-qa", "QA, all passages", "Each question composes all its own passages (table 1 row 1).",
          qa_losses(summary.get("qa"), summary.get("paper"))),
-        ("bench-long", "Up to 50 chunks", "Loss as k grows to 50 chunks, past the model's training length (dashed "
-         "line). In the paper (fig. 6) Concat blows up there while PICASO stays below the baseline.",
+        ("bench-long", "Up to 50 chunks", long_caption(summary.get("long"), meta.get("training_tokens")),
          long_sweep(summary.get("long"), meta.get("training_tokens"))),
         ("bench-retrievers", "Retriever ablation", "PICASO-R with each retriever; in the paper a better "
          "retriever gives a lower loss (fig. 8). Hover for the share of gold chunks retrieved.",

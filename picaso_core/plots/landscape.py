@@ -4,6 +4,7 @@ projected states marked, and the 1-D interpolation lines. No model calls, no Gra
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import plotly.graph_objects as go
@@ -14,14 +15,67 @@ MARK_STYLE = {  # mark name -> (symbol, colour)
     "Concat": ("diamond", "#f97316"),
 }
 LINE_COLORS = {"soup": "#2563eb", "caso": "#0d9488"}
+N_LEVELS = 64  # quantiles of the shared colour scale
+N_BANDS = 16  # contour bands: each holds 1/16 of the two planes' grid points
+N_TICKS = 6  # colour bar ticks
+BADGE = 52  # px at the top of a gr.Plot under its label (plotly puts a title's top ~13 px above y)
+TOP = BADGE + 45  # top margin: the label, then a title and its subtitle line
 
 
 def zrange(*planes: dict) -> tuple[float, float]:
-    """One colour range for several planes: the min and max of all their grids and marks."""
+    """One loss range for several planes: the min and max of all their grids and marks."""
+    vals = _values(*planes)
+    return (vals[0], vals[-1]) if vals else (0.0, 1.0)
+
+
+def _values(*planes: dict) -> list[float]:
     vals = [v for p in planes for row in p["loss"] for v in row]
     vals += [v for p in planes for v in p["anchor_loss"]] + [m["loss"] for p in planes for m in p["marks"]]
-    vals = [v for v in vals if v is not None and math.isfinite(v)]
-    return (min(vals), max(vals)) if vals else (0.0, 1.0)
+    return sorted(v for v in vals if v is not None and math.isfinite(v))
+
+
+def colour_scale(*planes: dict) -> dict:
+    """One colour scale for several planes, by quantile: a loss's colour is its rank among the planes'
+    grid values (read off N_LEVELS quantiles, linear between them). The CASO plane's loss spans a few
+    hundredths where Soup's spans a nat (fig. 2: its states sit where the loss is flat), so a linear
+    scale paints it one dark colour; by rank each plane keeps its structure and the same colour is
+    still the same loss on both. {"levels": losses, "at": colour positions in [0, 1], "tickvals",
+    "ticktext": the colour bar read in loss}."""
+    vals = _values(*planes) or [0.0, 1.0]
+    n = len(vals) - 1
+    levels, at = [], []
+    for i in range(N_LEVELS + 1):
+        v = vals[round(i * n / N_LEVELS)]
+        if not levels or v > levels[-1]:  # strictly increasing for the interpolation
+            levels.append(v)
+            at.append(i / N_LEVELS)
+    at[-1] = 1.0
+    if len(levels) == 1:
+        levels, at = [levels[0], levels[0] + 1e-9], [0.0, 1.0]
+    ticks = [vals[round(i * n / (N_TICKS - 1))] for i in range(N_TICKS)]
+    digits = next((d for d in range(3, 6) if len({f"{t:.{d}f}" for t in ticks}) == len(set(ticks))), 6)
+    scale = {"levels": levels, "at": at}
+    tickvals = [colour(t, scale) for t in ticks]
+    return {**scale, "tickvals": tickvals, "ticktext": [f"{t:.{digits}f}" for t in ticks]}
+
+
+def colour(loss: float, scale: dict) -> float:
+    """The colour position in [0, 1] of a loss on `colour_scale`'s scale (None stays None)."""
+    if loss is None or not math.isfinite(loss):
+        return None
+    lv, at = scale["levels"], scale["at"]
+    if loss <= lv[0]:
+        return 0.0
+    if loss >= lv[-1]:
+        return 1.0
+    j = bisect.bisect_right(lv, loss)
+    return at[j - 1] + (at[j] - at[j - 1]) * (loss - lv[j - 1]) / (lv[j] - lv[j - 1])
+
+
+def colour_share(p: dict, scale: dict) -> float:
+    """The fraction of the colour scale one plane's grid spans (how much of its structure shows)."""
+    vals = _values({**p, "anchor_loss": [], "marks": []})
+    return colour(vals[-1], scale) - colour(vals[0], scale) if vals else 0.0
 
 
 def _hover_mark(m: dict) -> str:
@@ -32,29 +86,45 @@ def _hover_mark(m: dict) -> str:
     return text
 
 
-def plane_figure(p: dict, title: str, view: str = "contour", z: tuple[float, float] | None = None,
-                 showscale: bool = True, height: int = 470) -> go.Figure:
+def _label_positions(xs: list[float], ys: list[float]) -> list[str]:
+    """Each anchor's label away from the triangle vertically and towards its middle horizontally,
+    so the labels of anchors on the plot's edges stay inside it."""
+    cx, cy = sum(xs) / len(xs), sum(ys) / len(ys)
+    tol = 0.15 * ((max(xs) - min(xs)) or 1.0)
+    return [("top" if y >= cy else "bottom") + " " + ("right" if x < cx - tol else "left" if x > cx + tol else "center")
+            for x, y in zip(xs, ys)]
+
+
+def plane_figure(p: dict, title: str, view: str = "contour", scale: dict | None = None,
+                 showscale: bool = True, height: int = 470, z: tuple[float, float] | None = None) -> go.Figure:
     """The loss over one plane: `view` "contour" (2-D, equal axis scales) or "surface" (3-D).
 
-    p: Landscape.to_dict(); z: the colour range shared with the other plane (`zrange`)."""
+    p: Landscape.to_dict(); scale: the colour scale shared with the other plane (`colour_scale`);
+    z: the loss axis range of the surface view shared with the other plane (`zrange`)."""
     if view not in ("contour", "surface"):
         raise ValueError(f"view must be 'contour' or 'surface', got {view!r}")
+    scale = scale or colour_scale(p)
     zmin, zmax = z or zrange(p)
     xs, ys, loss = p["xs"], p["ys"], p["loss"]
+    shade = [[colour(v, scale) for v in row] for row in loss]
+    text = [[f"{v:.4f}" for v in row] for row in loss]
     ax = [a[0] for a in p["anchor_xy"]] + [p["anchor_xy"][0][0]]
     ay = [a[1] for a in p["anchor_xy"]] + [p["anchor_xy"][0][1]]
     anchor_hover = [f"<b>{n}</b><br>loss {l:.3f}" for n, l in zip(p["anchor_names"], p["anchor_loss"])]
-    colorbar = dict(title=dict(text="loss<br>(nats/token)", side="right"), len=0.85)
+    colorbar = dict(title=dict(text="loss", side="top"), len=0.8, thickness=14, tickvals=scale["tickvals"],
+                    ticktext=scale["ticktext"], tickfont=dict(size=10))
+    hover = "x %{x:.3g}<br>y %{y:.3g}<br>loss %{text}<extra></extra>"
     fig = go.Figure()
     if view == "contour":
         fig.add_trace(go.Contour(
-            x=xs, y=ys, z=loss, zmin=zmin, zmax=zmax, colorscale=COLORSCALE, showscale=showscale,
-            colorbar=colorbar, contours=dict(coloring="heatmap", showlabels=True, labelfont=dict(size=9, color="white")),
-            ncontours=18, name="loss", hovertemplate="x %{x:.3g}<br>y %{y:.3g}<br>loss %{z:.3f}<extra></extra>"))
+            x=xs, y=ys, z=shade, text=text, zmin=0, zmax=1, autocontour=False, colorscale=COLORSCALE,
+            showscale=showscale, colorbar=colorbar, contours=dict(coloring="heatmap", start=0, end=1, size=1 / N_BANDS),
+            line=dict(width=0.6, color="rgba(255,255,255,0.45)"), name="loss", hovertemplate=hover))
         fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines", line=dict(color="white", width=1.5, dash="dash"),
                                  hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(
-            x=ax[:3], y=ay[:3], mode="markers+text", text=list(p["anchor_names"]), textposition="top center",
+            x=ax[:3], y=ay[:3], mode="markers+text", text=list(p["anchor_names"]),
+            textposition=_label_positions(ax[:3], ay[:3]), cliponaxis=False,
             textfont=dict(color="white", size=11), marker=dict(size=10, color="white", line=dict(color="black", width=1.5)),
             name="anchors", hovertext=anchor_hover, hoverinfo="text"))
         for m in p["marks"]:
@@ -64,38 +134,54 @@ def plane_figure(p: dict, title: str, view: str = "contour", z: tuple[float, flo
                                      marker=dict(size=15 if symbol == "star" else 12, symbol=symbol, color=color,
                                                  line=dict(color="black", width=1)),
                                      hovertext=[_hover_mark(m)], hoverinfo="text"))
-        fig.update_xaxes(title_text="e₁: distance in state space (along the first two anchors)", range=[xs[0], xs[-1]])
+        fig.update_xaxes(title_text="e₁ (distance in state space)", range=[xs[0], xs[-1]], constrain="domain",
+                         automargin=True)
         # equal scales: a distance on screen is the same distance in state space in every direction
-        fig.update_yaxes(title_text="e₂: distance in state space", range=[ys[0], ys[-1]], scaleanchor="x",
-                         scaleratio=1)
+        fig.update_yaxes(title_text="e₂ (distance in state space)", range=[ys[0], ys[-1]], scaleanchor="x",
+                         scaleratio=1, constrain="domain", automargin=True)
+        margin = dict(l=50, r=10, t=TOP, b=40)
     else:
-        fig.add_trace(go.Surface(x=xs, y=ys, z=loss, cmin=zmin, cmax=zmax, colorscale=COLORSCALE,
-                                 showscale=showscale, colorbar=colorbar, opacity=0.92, name="loss",
-                                 hovertemplate="x %{x:.3g}<br>y %{y:.3g}<br>loss %{z:.3f}<extra></extra>"))
+        fig.add_trace(go.Surface(x=xs, y=ys, z=loss, surfacecolor=shade, text=text, cmin=0, cmax=1,
+                                 colorscale=COLORSCALE, showscale=showscale, colorbar=colorbar, opacity=0.92,
+                                 name="loss", hovertemplate=hover))
         fig.add_trace(go.Scatter3d(
-            x=ax[:3], y=ay[:3], z=list(p["anchor_loss"]), mode="markers+text", text=list(p["anchor_names"]),
+            x=ax[:3], y=ay[:3], z=list(p["anchor_loss"]), mode="markers",
             marker=dict(size=5, color="white", line=dict(color="black", width=1)), name="anchors",
             hovertext=anchor_hover, hoverinfo="text"))
+        # the labels float above the surface: at the anchor's own loss the surface hides half of them
+        lift = 0.08 * ((zmax - zmin) or 1.0)
+        fig.add_trace(go.Scatter3d(
+            x=ax[:3], y=ay[:3], z=[v + lift for v in p["anchor_loss"]], mode="text", text=list(p["anchor_names"]),
+            textposition="top center", textfont=dict(size=11, color="#111827"), hoverinfo="skip", showlegend=False))
         for m in p["marks"]:
             symbol, color = MARK_STYLE.get(m["name"], ("x", "#e11d48"))
             fig.add_trace(go.Scatter3d(x=[m["x"]], y=[m["y"]], z=[m["loss"]], mode="markers", name=m["name"],
                                        marker=dict(size=6, symbol="diamond" if symbol == "diamond" else "circle",
                                                    color=color), hovertext=[_hover_mark(m)], hoverinfo="text"))
-        fig.update_layout(scene=dict(xaxis_title="e₁ (state space)", yaxis_title="e₂ (state space)",
-                                     zaxis_title="loss (nats/token)", zaxis=dict(range=[zmin, zmax]),
-                                     aspectmode="manual", aspectratio=dict(x=1, y=1, z=0.6)))
-    fig.update_layout(title=dict(text=title, font=dict(size=14)), height=height, template="plotly_white",
-                      margin=dict(l=60, r=20, t=70, b=50),
-                      legend=dict(orientation="h", x=0, y=-0.18 if view == "contour" else 0, font=dict(size=11)))
+        axis = dict(tickfont=dict(size=10), title_font=dict(size=12))
+        fig.update_layout(scene=dict(
+            xaxis=dict(title_text="e₁", nticks=5, **axis), yaxis=dict(title_text="e₂", nticks=5, **axis),
+            zaxis=dict(title_text="loss", range=[zmin, zmax + 2 * lift], nticks=4, tickformat=".2f", **axis),
+            aspectmode="manual", aspectratio=dict(x=1, y=1, z=0.6), domain=dict(x=[0, 1], y=[0, 1]),
+            camera=dict(eye=dict(x=1.1, y=1.1, z=0.65), center=dict(x=0, y=0, z=-0.1))))
+        margin = dict(l=0, r=0, t=TOP, b=10)
+    # the title starts BADGE px down, below the label Gradio lays over the plot's top left corner
+    fig.update_layout(title=dict(text=title, font=dict(size=14), x=0.02, xanchor="left", yref="container",
+                                 y=1 - BADGE / height, yanchor="top"),
+                      height=height, template="plotly_white", margin=margin,
+                      legend=dict(orientation="h", x=0, y=-0.14 if view == "contour" else 0, font=dict(size=11)))
     return fig
 
 
 def plane_title(p: dict, name: str) -> str:
-    """'<name>: mean side 1.23, loss at <mean> 2.34' (+ 'average of n samples')."""
+    """'<b>name</b>' over 'mean side 1.23 · <mean> 2.345 · loss 2.1–3.4 on the plane · n samples',
+    short enough for a 440 px wide plot."""
     mean = p["marks"][0]
     side = sum(p["sides"]) / 3
-    avg = f" · average of {p['n_samples']} samples" if p["n_samples"] > 1 else ""
-    return f"<b>{name}</b>{avg}<br><sup>mean side {side:.3g} · loss at {mean['name']} {mean['loss']:.3f}</sup>"
+    grid = _values({**p, "anchor_loss": [], "marks": []}) or [math.nan]
+    avg = f" · mean of {p['n_samples']} samples" if p["n_samples"] > 1 else ""
+    return (f"<b>{name}</b><br><sup>mean side {side:.3g} · {mean['name']} {mean['loss']:.3f} · "
+            f"loss {grid[0]:.3f}–{grid[-1]:.3f} on the plane{avg}</sup>")
 
 
 def line_figure(soup_line: dict, caso_line: dict, height: int = 360) -> go.Figure:
@@ -120,9 +206,9 @@ def line_figure(soup_line: dict, caso_line: dict, height: int = 360) -> go.Figur
                                  hoverinfo="skip"))
     avg = soup_line["n_samples"]
     fig.update_layout(
-        title=dict(text="1-D interpolation: loss along the line through two states"
-                   + (f" (average of {avg} samples)" if avg > 1 else ""), font=dict(size=14)),
-        xaxis_title="distance from the first state along the line (state space; the ends are marked)",
+        title=dict(text="Loss along the line through two states" + (f" (mean of {avg} samples)" if avg > 1 else ""),
+                   font=dict(size=14)),
+        xaxis_title="distance from the first state (state space; the ends are marked)",
         yaxis_title="loss (nats/token)", height=height, template="plotly_white",
         margin=dict(l=60, r=20, t=60, b=50), legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"))
     return fig

@@ -195,7 +195,7 @@ def render(res: Resources) -> None:
     gr.Markdown(intro(summary), elem_id="bench-intro")
     over = E.ks_text(((summary or {}).get("main") or {}).get("gains", {}).get("ks_averaged") or range(1, 11))
     gr.Dataframe(paper_table(summary), label=f"Paper vs ours (gain: % lower loss than no context, mean over {over})",
-                 interactive=False, elem_id="bench-paper-vs-ours")
+                 interactive=False, wrap=True, elem_id="bench-paper-vs-ours")  # wrap: fits 800 px
     figs = P.all_figures(summary or {})
     for a, b in zip(figs[0::2], figs[1::2] + [None]):
         with gr.Row(equal_height=False):

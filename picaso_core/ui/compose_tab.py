@@ -257,7 +257,8 @@ def results_plot(results, scored: bool) -> go.Figure:
         fig.add_bar(x=labels, y=[getattr(r, attr) * 1e3 or None for r in results], name=f"time to {name}",
                     marker_color=color, row=1, col=2)
     fig.update_yaxes(type="log", dtick=1, row=1, col=2)  # one tick per decade
-    fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=20, t=50, b=40), template="plotly_white",
+    # t=80: the subplot titles sit below the "Loss and time per method" label Gradio lays over the top left
+    fig.update_layout(barmode="group", height=400, margin=dict(l=40, r=20, t=80, b=40), template="plotly_white",
                       legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
     return fig
 
@@ -456,7 +457,7 @@ def render(res: Resources) -> None:
     table = gr.Dataframe(pd.DataFrame(columns=RESULT_COLUMNS), label="Per method", interactive=False,
                          elem_id="compose-results")
     gr.Markdown(TABLE_NOTE, elem_classes="px-note")
-    plot = gr.Plot(label="Loss and time per method")
+    plot = gr.Plot(label="Loss and time per method", elem_id="compose-plot")
     gr.Markdown("#### Generated continuations")
     gens = gr.HTML(label="Generations")
     with gr.Accordion("What each method does", open=False):

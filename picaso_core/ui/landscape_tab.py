@@ -23,7 +23,7 @@ import gradio as gr
 import pandas as pd
 
 from picaso_core.assets import ASSETS
-from picaso_core.plots.landscape import line_figure, plane_figure, plane_title, zrange
+from picaso_core.plots.landscape import colour_scale, line_figure, plane_figure, plane_title, zrange
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, text, whole_number
 from picaso_core.ui.limits import corpus_counts, note
@@ -40,13 +40,15 @@ PAIRS = {"u2-u3": (1, 2), "u1-u2": (0, 1), "u1-u3": (0, 2)}  # 0-based; u3 is th
 EXAMPLES_SHOWN = 200
 SHIPPED = ASSETS / "demo_data" / "landscape_default.json"
 CACHE_VERSION = "landscape/1"
-EXPLAIN = (
-    "**Left:** the loss over the plane through the three retrieved contexts' own states x(u₁), x(u₂), "
-    "x(u₃); their mean (★) is **Soup**. **Right:** the plane through the three CASO states of the "
-    "cyclic orders; their mean (★) is **PICASO-R**. Both use one colour scale and the axes are "
-    "distances in state space. Look at the size of the dashed triangles and the colour under each ★: "
-    "PICASO's claim (sec. 4, prop. 4) is that CASO states sit closer together, where the loss is "
-    "nearly linear, so their mean loses little. ◆ is Concat's state projected onto each plane."
+EXPLAIN = (  # "first / second", not "left / right": below ~1000 px the planes stack
+    "**Soup plane** (first): the loss over the plane through the three retrieved contexts' own states "
+    "x(u₁), x(u₂), x(u₃); their mean (★) is **Soup**. **CASO plane** (second): the plane through the three "
+    "CASO states of the cyclic orders; their mean (★) is **PICASO-R**. Both share one colour scale, spaced by "
+    "quantile so that each plane's structure shows (the colour bar reads loss); the axes are distances in "
+    "state space. Look at the size of the dashed triangles and the colour under each ★: PICASO's claim "
+    "(sec. 4, prop. 4) is that CASO states sit closer together, where the loss is nearly linear, so their "
+    "mean loses little; the finding below gives this model's numbers. ◆ is Concat's state projected onto "
+    "each plane."
 )
 
 _lock = threading.Lock()
@@ -180,16 +182,27 @@ def _check(res: Resources, sample: str, steps, pair: str) -> int:
 
 
 # ---- formatting -----------------------------------------------------------------------------
+def _pair(a: float, b: float, digits: int = 3) -> tuple[str, str, float]:
+    """a and b as printed, with as many digits (3 to 6) as it takes for their printed difference to
+    be non-zero, and that difference b - a computed from the printed numbers, so the sentence's
+    arithmetic checks out."""
+    for d in range(digits, 7):
+        ra, rb = round(a, d), round(b, d)
+        if ra != rb or d == 6:
+            return f"{ra:.{d}f}", f"{rb:.{d}f}", round(rb - ra, d)
+
+
 def summary_md(d: dict) -> str:
     s = d["summary"]
     smaller = s["soup_mean_side"] / s["caso_mean_side"] if s["caso_mean_side"] else float("inf")
-    gain = s["mean_loss_gain"]
+    caso, soup, gain = _pair(s["caso_loss_at_mean"], s["soup_loss_at_mean"])
+    digits = len(caso.split(".")[1])
     what = f"the average of {d['n_samples']} samples" if d["n_samples"] > 1 else f"sample {d['sample_ids'][0]}"
     lines = [
         f"On {what}: the **CASO triangle is {smaller:.2f}× {'smaller' if smaller >= 1 else 'larger'}** than Soup's "
         f"(mean side {s['caso_mean_side']:.3g} vs {s['soup_mean_side']:.3g} in state space), and the loss at "
-        f"its mean, **PICASO-R, is {s['caso_loss_at_mean']:.3f}** vs **{s['soup_loss_at_mean']:.3f} at Soup** "
-        f"({'lower' if gain > 0 else 'higher'} by {abs(gain):.3f} nats/token).",
+        f"its mean, **PICASO-R, is {caso}** vs **{soup} at Soup** "
+        + (f"({'lower' if gain > 0 else 'higher'} by {abs(gain):.{digits}f} nats/token)." if gain else "(equal)."),
         f"Mean loss at the anchors: {s['soup_anchor_loss']:.3f} (independent states) and "
         f"{s['caso_anchor_loss']:.3f} (CASO states).",
     ]
@@ -200,8 +213,12 @@ def summary_md(d: dict) -> str:
     return "  \n".join(lines)
 
 
-PROP4_COLUMNS = ["Layer", "‖x(u) − x(u′)‖", "‖CASO(u,u′) − CASO(u′,u)‖", "CASO / independent",
-                 "bound ‖(I−A(u′))x(u)‖ + ‖(I−A(u))x(u′)‖", "bound holds"]
+# short headers: the table fits an 800 px window without scrolling (the bound is written out below it)
+PROP4_COLUMNS = ["Layer", "‖x(u) − x(u′)‖", "‖CASO(u,u′) − CASO(u′,u)‖", "CASO / indep.", "bound", "holds"]
+PROP4_NOTE = ("**bound** = ‖(I−A(u′))x(u)‖ + ‖(I−A(u))x(u′)‖, prop. 4's bound on the CASO gap. The paper prints "
+              "it with every norm squared; that form does not hold in general (tests/test_compose.py), the "
+              "unsquared one (the triangle inequality) does. Prop. 4 is exact for one SSM layer; the model stacks "
+              "several.")
 
 
 def prop4_frame(d: dict) -> pd.DataFrame:
@@ -209,18 +226,19 @@ def prop4_frame(d: dict) -> pd.DataFrame:
         "Layer": r["layer"],
         "‖x(u) − x(u′)‖": round(r["state_gap"], 4),
         "‖CASO(u,u′) − CASO(u′,u)‖": round(r["caso_gap"], 4),
-        "CASO / independent": round(r["caso_gap"] / r["state_gap"], 3) if r["state_gap"] else None,
-        "bound ‖(I−A(u′))x(u)‖ + ‖(I−A(u))x(u′)‖": round(r["bound"], 4),
-        "bound holds": "yes" if r["holds"] else "NO",
+        "CASO / indep.": round(r["caso_gap"] / r["state_gap"], 3) if r["state_gap"] else None,
+        "bound": round(r["bound"], 4),
+        "holds": "yes" if r["holds"] else "NO",
     } for r in d["prop4"]]
     return pd.DataFrame(rows, columns=PROP4_COLUMNS)
 
 
 def figures(d: dict, view: str = "contour"):
     view = (view or "contour").lower()
-    z = zrange(d["soup"], d["caso"])
-    soup = plane_figure(d["soup"], plane_title(d["soup"], "Soup plane: the independent states"), view, z, showscale=False)
-    caso = plane_figure(d["caso"], plane_title(d["caso"], "CASO plane: the CASO states of the cyclic orders"), view, z)
+    scale, z = colour_scale(d["soup"], d["caso"]), zrange(d["soup"], d["caso"])
+    # a colour bar on each: below 1000 px the planes stack and each is read on its own
+    soup = plane_figure(d["soup"], plane_title(d["soup"], "Soup plane: the independent states"), view, scale, z=z)
+    caso = plane_figure(d["caso"], plane_title(d["caso"], "CASO plane: the CASO states"), view, scale, z=z)
     return soup, caso, line_figure(d["soup_line"], d["caso_line"])
 
 
@@ -269,26 +287,30 @@ def _clip(text: str, n: int) -> str:
 def render(res: Resources) -> None:
     gr.Markdown(EXPLAIN)
     note(limits(res), "landscape-limits")
+    # min widths: below about 1000 px the controls wrap onto two lines and the planes stack, instead
+    # of squeezing four controls and two 344 px plots into one row
     with gr.Row(equal_height=False):
-        sample = gr.Dropdown(sample_choices(res), value=AVERAGE, label="Sample", scale=3, elem_id="landscape-sample",
+        sample = gr.Dropdown(sample_choices(res), value=AVERAGE, label="Sample", scale=3, min_width=320,
+                             elem_id="landscape-sample",
                              info=f"the top-{K} retrieved contexts of a corpus sample, or the average (~2 min on 2 CPU cores for the demo model; shown at once when cached)")
         steps = gr.Slider(STEPS_MIN, STEPS_MAX, value=STEPS, step=2, label="Grid steps per axis", scale=1,
-                          info="steps² loss evaluations per plane")
-        pair = gr.Dropdown([("u₂ and u₃ (the two most relevant)", "u2-u3"), ("u₁ and u₂", "u1-u2"),
-                            ("u₁ and u₃", "u1-u3")], value="u2-u3", label="Pair for the 1-D plot and prop. 4", scale=1)
-        view = gr.Radio(["contour", "surface"], value="contour", label="View", scale=1)
+                          min_width=260, info="steps² loss evaluations per plane")
+        pair = gr.Dropdown([("u₂, u₃ (most relevant)", "u2-u3"), ("u₁, u₂", "u1-u2"), ("u₁, u₃", "u1-u3")],
+                           value="u2-u3", label="Pair (1-D plot, prop. 4)", scale=1, min_width=280,
+                           elem_id="landscape-pair")
+        view = gr.Radio(["contour", "surface"], value="contour", label="View", scale=1, min_width=160)
     run = gr.Button("Compute landscape", variant="primary", elem_id="landscape-run", interactive=not blocked(res))
     summary = gr.Markdown(label="Finding", elem_id="landscape-summary")
     with gr.Row():
-        soup_plot = gr.Plot(label="Soup plane", elem_id="landscape-soup")
-        caso_plot = gr.Plot(label="CASO plane", elem_id="landscape-caso")
+        with gr.Column(min_width=500):
+            soup_plot = gr.Plot(label="Soup plane", elem_id="landscape-soup")
+        with gr.Column(min_width=500):
+            caso_plot = gr.Plot(label="CASO plane", elem_id="landscape-caso")
     line_plot = gr.Plot(label="1-D interpolation", elem_id="landscape-line")
     gr.Markdown("#### Prop. 4 per layer: distance between the two CASO orders vs between the independent states")
-    table = gr.Dataframe(pd.DataFrame(columns=PROP4_COLUMNS), label="Prop. 4 distances (mean over the sample's 3 pairs of contexts)", interactive=False,
-                         elem_id="landscape-distances")
-    gr.Markdown("The paper prints the bound with every norm squared; that form does not hold in general "
-                "(tests/test_compose.py), the unsquared one (the triangle inequality) does. Prop. 4 is "
-                "exact for one SSM layer; the model stacks several.", elem_classes="px-note")
+    table = gr.Dataframe(pd.DataFrame(columns=PROP4_COLUMNS), label="Prop. 4 distances (mean over the sample's 3 "
+                         "pairs of contexts)", interactive=False, wrap=True, elem_id="landscape-distances")
+    gr.Markdown(PROP4_NOTE, elem_classes="px-note")
     with gr.Accordion("Grid data (JSON)", open=False):
         data = gr.JSON(label="Landscape data")
     py, cl = show_code()

@@ -1,0 +1,121 @@
+"""What a speaker or a visitor sees in the browser (issue 27): a rejected input leaves no red
+"Error" badge on the outputs and its toast does not outlive the next, successful run; at 800 px
+every tab's plot titles fit inside their figures. Headless Chromium; skips without it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
+from test_browser import CHROMEDRIVER, CHROMIUM
+
+SHOTS = Path(os.environ.get("PICASO_SCREENSHOTS", tempfile.gettempdir()))
+
+
+def _driver(width: int):
+    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
+        pytest.skip("headless Chromium not installed: `apt-get install -y chromium chromium-driver`")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="`pip install selenium`")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", f"--window-size={width},1600"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+def _set_text(driver, css: str, value: str):
+    """Fill a textbox the way typing does (an input event), without typing thousands of keys."""
+    driver.execute_script(
+        "const el = document.querySelector(arguments[0]); el.value = arguments[1];"
+        "el.dispatchEvent(new Event('input', {bubbles: true}));", css, value)
+
+
+def _visible(driver, css: str) -> list:
+    return [e for e in driver.find_elements("css selector", css) if e.is_displayed()]
+
+
+def test_rejected_input_then_a_run_leaves_no_error_badge_or_toast(app_url):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = _driver(1400)
+    try:
+        d.get(app_url)
+        wait = WebDriverWait(d, 90)
+        wait.until(lambda d: d.find_elements(By.ID, "compose-run"))
+        _set_text(d, "#compose-query textarea", "Velmora " * 600)  # 4,800 characters: over the cap
+        d.find_element(By.ID, "compose-run").click()
+        toast = wait.until(lambda d: _visible(d, "[data-testid=toast-body]"))
+        assert "characters long" in toast[0].text
+        time.sleep(1)
+        # the rejected input is said once, in its toast: no red badge over the outputs
+        assert not _visible(d, "[data-testid=status-tracker] .error"), "error badge shown on an output"
+        _set_text(d, "#compose-query textarea", "Velmora")
+        d.find_element(By.ID, "compose-run").click()
+        table = d.find_element(By.ID, "compose-results")
+        wait.until(lambda d: "PICASO-R" in table.text)
+        assert not _visible(d, "[data-testid=toast-body]"), "the rejected input's toast outlived the next run"
+        assert not _visible(d, "[data-testid=status-tracker] .error")
+        d.save_screenshot(str(SHOTS / "picaso_talk_after_rejection.png"))
+    finally:
+        d.quit()
+
+
+CLIPPED_TITLES = """
+const out = [];
+for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+  if (!plot.offsetParent) continue;  // on a hidden tab
+  const svg = plot.querySelector('svg.main-svg');
+  if (!svg) continue;
+  const box = svg.getBoundingClientRect();
+  for (const t of plot.querySelectorAll('.gtitle, .g-xtitle text, .g-ytitle text')) {
+    const r = t.getBoundingClientRect();
+    if (r.width === 0) continue;
+    if (r.left < box.left - 2 || r.right > box.right + 2 || r.top < box.top - 2)
+      out.push([plot.closest('[id]') ? plot.closest('[id]').id : '?', t.textContent.slice(0, 60),
+                Math.round(r.left - box.left), Math.round(box.right - r.right)]);
+  }
+}
+return out;
+"""
+
+
+def test_every_tab_at_800px_keeps_its_plot_titles_inside_the_figures(app_url):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = _driver(800)
+    try:
+        d.get(app_url)
+        WebDriverWait(d, 90).until(lambda d: d.find_elements(By.ID, "compose-run"))
+        # at 800 px the tab bar shows the first tabs and folds the rest into its "More tabs" menu
+        names = [b.get_attribute("textContent").strip()
+                 for b in d.find_elements(By.CSS_SELECTOR, ".tab-wrapper .tab-container.visually-hidden button")]
+        assert len(names) == 8, names
+        clipped = {}
+        for i, name in enumerate(names):
+            shown = {b.text: b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text}
+            if name in shown:
+                shown[name].click()
+            else:
+                d.find_element(By.CSS_SELECTOR, ".overflow-menu button[aria-label='More tabs']").click()
+                menu = WebDriverWait(d, 10).until(lambda d: [b for b in d.find_elements(
+                    By.CSS_SELECTOR, ".overflow-dropdown button") if b.text == name and b.is_displayed()])
+                menu[0].click()
+            time.sleep(4)  # plotly draws client-side after the tab shows
+            bad = d.execute_script(CLIPPED_TITLES)
+            if bad:
+                clipped[name] = bad
+            d.save_screenshot(str(SHOTS / f"picaso_talk_800_{i}.png"))
+        assert not clipped, clipped
+    finally:
+        d.quit()
