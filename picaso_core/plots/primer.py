@@ -144,7 +144,7 @@ def attention_view_figure(d: dict, tokens: list[str], height: int = 440) -> go.F
 
 def complexity_figure(r: dict, height: int = 420) -> go.Figure:
     """Log-log seconds (left) and peak bytes (right) against T; each legend entry carries its slope."""
-    fig = make_subplots(1, 2, subplot_titles=("time per call", "peak memory (inputs, cache or state + allocated)"))
+    fig = make_subplots(1, 2, subplot_titles=("time per call", "peak memory<br><sup>inputs, cache or state + allocated</sup>"))
     for name, (label, colour, dash) in SERIES_STYLE.items():
         fig.add_trace(go.Scatter(x=r["lengths"], y=r["seconds"][name], mode="lines+markers", legendgroup=name,
                                  name=f"{label}: slope {r['slopes'][name]:.2f}", line=dict(color=colour, dash=dash),
