@@ -27,7 +27,9 @@ def test_attribution_tab_runs_and_draws_the_bar_chart(browser, app_url):  # noqa
     tab.click()
     run = wait.until(EC.element_to_be_clickable((By.ID, "attribution-run")))
     # the tab opens on a labelled example: query, answer and its contexts already filled in
+    # (the page's load event fills it in: wait for it, the CI machine can be slow to answer it)
     query = browser.find_element(By.CSS_SELECTOR, "#attribution-query textarea")
+    WebDriverWait(browser, 60).until(lambda d: query.get_attribute("value"))
     assert query.get_attribute("value") == "Velmora, the city of blue glass, was founded"
     run.click()
     bars = browser.find_element(By.ID, "attribution-bars")
