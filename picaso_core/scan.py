@@ -63,18 +63,28 @@ def gpu_kernels_available() -> dict[str, bool]:
 # --------------------------------------------------------------------------------------------
 # Mamba-2: chunked SSD scan
 # --------------------------------------------------------------------------------------------
-def _segsum(a: Tensor) -> Tensor:
-    """a [..., s] -> [..., s, s] with out[i, j] = a[j+1] + ... + a[i] for i >= j, -inf above.
+def _pass_states(chunk_states: Tensor, log_decay: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
+    """The inter-chunk recurrence h_k = exp(log_decay_k) h_{k-1} + chunk_states_k, h_{-1} = h0.
 
-    Built from masked cumulative sums rather than cumsum differences, so entries stay exact
-    when the cumulative decay is large (the stable form of ssd_minimal.py)."""
-    s = a.size(-1)
-    a = a[..., None].expand(*a.shape, s)  # [..., s(i), s(j)] = a[i]
-    strict = torch.ones(s, s, dtype=torch.bool, device=a.device).tril(-1)
-    a = a.masked_fill(~strict, 0.0)
-    out = a.cumsum(dim=-2)
-    incl = torch.ones(s, s, dtype=torch.bool, device=a.device).tril(0)
-    return out.masked_fill(~incl, float("-inf"))
+    chunk_states [b, c, *S, p, n], log_decay [b, c, *S], h0 [b, *S, p, n]. Returns the state
+    entering each chunk [b, c, *S, p, n] (h0, h_0, ..., h_{c-2}) and the final state h_{c-1}.
+    One chunk at a time, as mamba_ssm's state-passing kernel does: O(c) work and memory.
+    ssd_minimal.py's segsum form ([c, c] decay matrix, one matmul) is O(c^2), and a log-depth
+    prefix scan moves O(c log c) memory; on CPU both are slower at every length measured
+    (bench/scan_scaling.py keeps them as the competitors)."""
+    decay = torch.exp(log_decay)[..., None, None]
+    h, entering = h0, []
+    for k in range(chunk_states.size(1)):
+        entering.append(h)
+        h = torch.addcmul(chunk_states[:, k], decay[:, k], h)
+    return torch.stack(entering, dim=1), h
+
+
+# Elements of the largest intermediate ([b, chunks, h, s, s], the masked C B^T) per block of chunks:
+# the scan runs over blocks of chunks so that its working set stays this size whatever the length.
+# CPU: 16 MiB in float32 (2^19..2^23 time alike, 2^24 and up lose; in one piece 16k tokens cost 2-3x
+# what blocks do: bench/scan_scaling.py). CUDA (the pure-torch fallback): 2 GiB.
+BLOCK_ELEMENTS = {"cpu": 1 << 22, "cuda": 1 << 29}
 
 
 def ssd_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
@@ -89,12 +99,13 @@ def ssd_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chu
         than one token per chunk), not into chunks of exactly s with up to s - 1 padded (the
         kernel's layout): the chunking only changes how the same recurrence is computed, and a
         71-token query + continuation becomes 2 x 36 positions instead of 2 x 64.
+        Long sequences run in blocks of chunks (`BLOCK_ELEMENTS`), the state carried from one
+        block to the next: the same arithmetic, in a working set that does not grow with l.
     Returns:
         y [b, l, h, p], final_state [b, h, p, n], log_decay [b, h]   (float32, or float64)
     """
     b, l, h, p = x.shape
-    g, n = B.shape[-2:]
-    r = h // g  # heads per group: C B^T is computed once per group, not per head
+    n = B.shape[-1]
     x, dt, A, B, C = upcast(x, dt, A, B, C)
     s = max(1, min(chunk_size, l))
     s = -(-l // -(-l // s))  # even chunks: ceil(l / ceil(l / s))
@@ -102,7 +113,27 @@ def ssd_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chu
     if pad:  # dt = 0 on the padding: decay 1, nothing written, outputs dropped below
         x, B, C = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (x, B, C))
         dt = F.pad(dt, (0, 0, 0, pad))
-    c = (l + pad) // s
+    state = x.new_zeros(b, h, p, n) if initial_state is None else initial_state.to(x.dtype)
+    per_chunk = b * h * s * s
+    block = s * max(1, BLOCK_ELEMENTS.get(x.device.type, BLOCK_ELEMENTS["cuda"]) // per_chunk)
+    ys, log_decay = [], 0
+    for t0 in range(0, l + pad, block):
+        sl = slice(t0, t0 + block)
+        y, state, ld = _ssd_chunks(x[:, sl], dt[:, sl], A, B[:, sl], C[:, sl], s, state)
+        ys.append(y)
+        log_decay = log_decay + ld
+    y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=1)
+    return y[:, :l], state, log_decay
+
+
+def _ssd_chunks(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, s: int,
+                h0: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """`ssd_scan_chunked` on a whole number of chunks of length s from the state h0 [b, h, p, n].
+    Returns y [b, l, h, p], the final state and Σ_t dt_t A [b, h]."""
+    b, l, h, p = x.shape
+    g, n = B.shape[-2:]
+    r = h // g  # heads per group: C B^T is computed once per group, not per head
+    c = l // s
     xdt = (x * dt[..., None]).view(b, c, s, g, r, p)  # the input term dt_t x_t
     B, C = B.view(b, c, s, g, n), C.view(b, c, s, g, n)
     a = (dt * A).view(b, c, s, g, r).permute(0, 1, 3, 4, 2)  # [b, c, g, r, s] per-step log-decay
@@ -120,17 +151,12 @@ def ssd_scan_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chu
     decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [b, c, g, r, s]
     chunk_states = torch.einsum("bcsgn,bcgrs,bcsgrp->bcgrpn", B, decay_to_end, xdt)
 
-    # 3. pass states between chunks: h_k = exp(a_k) h_{k-1} + chunk_state_k, from initial_state
-    if initial_state is None:
-        initial_state = x.new_zeros(b, h, p, n)
-    states = torch.cat([initial_state.to(x.dtype).view(b, 1, g, r, p, n), chunk_states], dim=1)
-    chunk_decay = torch.exp(_segsum(F.pad(a_cum[..., -1].permute(0, 2, 3, 1), (1, 0))))  # [b, g, r, c+1, c+1]
-    states = torch.einsum("bgrzc,bcgrpn->bzgrpn", chunk_decay, states)
-    states, final_state = states[:, :-1], states[:, -1]  # state entering each chunk; final
+    # 3. pass states between chunks: h_k = exp(a_k) h_{k-1} + chunk_state_k, from h0
+    states, final_state = _pass_states(chunk_states, a_cum[..., -1], h0.view(b, g, r, p, n))
 
     # 4. the contribution of the entering state to each output: C_t exp(a_cum_t) h_in
     y_off = torch.einsum("bclgn,bcgrpn,bcgrl->bclgrp", C, states, torch.exp(a_cum))
-    y = (y_diag + y_off).reshape(b, c * s, h, p)[:, :l]
+    y = (y_diag + y_off).reshape(b, l, h, p)
     log_decay = a_cum[..., -1].sum(1).reshape(b, h)  # Σ_t dt_t A
     return y, final_state.reshape(b, h, p, n), log_decay
 

@@ -66,12 +66,13 @@ def test_dt_zero_steps_are_identity():
     torch.testing.assert_close(d_full, d_short)
 
 
-def test_gradcheck_ssd_scan_through_initial_state():
-    kw = _ssd_inputs(b=1, l=6, h=2, p=2, g=1, n=2)
+@pytest.mark.parametrize("chunk", [4, 1])  # 2 chunks; 7 chunks
+def test_gradcheck_ssd_scan_through_initial_state(chunk):
+    kw = _ssd_inputs(b=1, l=7, h=2, p=2, g=1, n=2)
     x, A, h0 = (kw[k].requires_grad_() for k in ("x", "A", "initial_state"))
 
     def f(x, A, h0):
-        y, s, d = ssd_scan_chunked(x, kw["dt"], A, kw["B"], kw["C"], 4, h0)
+        y, s, d = ssd_scan_chunked(x, kw["dt"], A, kw["B"], kw["C"], chunk, h0)
         return y, s, d
 
     assert torch.autograd.gradcheck(f, (x, A, h0))
@@ -98,3 +99,53 @@ def test_causal_conv_carries_window_and_gathers_per_row():
     for i, n in enumerate(lengths.tolist()):
         _, s_row = causal_conv(x[i:i + 1, :, :n], w, bias, torch.zeros(1, C, K - 1))
         torch.testing.assert_close(s_pad[i], s_row[0])
+
+
+@pytest.mark.parametrize("c", [1, 2, 3, 100])
+def test_inter_chunk_pass_matches_the_segsum_form(c):
+    """The inter-chunk pass (one chunk at a time) against ssd_minimal.py's segsum form (the decay
+    between every two chunks, exp of a masked cumulative sum), with decays from ~1 down to
+    underflow (log decay -800)."""
+    from picaso_core.scan import _pass_states
+
+    torch.manual_seed(c)
+    cs = torch.randn(2, c, 3, 2, 4, 5, dtype=torch.float64)
+    la = -torch.rand(2, c, 3, 2, dtype=torch.float64) * torch.tensor([0.01, 5.0, 800.0])[None, None, :, None]
+    h0 = torch.randn(2, 3, 2, 4, 5, dtype=torch.float64)
+    entering, final = _pass_states(cs, la, h0)
+    a = torch.nn.functional.pad(la.permute(0, 2, 3, 1), (1, 0))  # [b, g, r, c+1]
+    seg = a[..., None, :].expand(*a.shape[:-1], c + 1, c + 1)  # [i, j] = a[j]
+    tri = torch.ones(c + 1, c + 1, dtype=torch.bool)
+    seg = seg.transpose(-1, -2).masked_fill(~tri.tril(-1), 0.0).cumsum(-2).masked_fill(~tri.tril(0), float("-inf"))
+    want = torch.einsum("bgrzc,bcgrpn->bzgrpn", torch.exp(seg), torch.cat([h0[:, None], cs], dim=1))
+    torch.testing.assert_close(entering, want[:, :-1], atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(final, want[:, -1], atol=1e-12, rtol=1e-12)
+
+
+def test_long_sequence_many_chunks_matches_reference():
+    """3000 steps in 94 chunks of 32 (float32): the fast scan's state equals the step-by-step one."""
+    kw = _ssd_inputs(b=1, l=3000, h=2, p=2, g=1, n=3, dtype=torch.float32)
+    kw["dt"] = kw["dt"] * 0.05  # slow decay: early chunks still matter at the end
+    y, s, d = ssd_scan_chunked(chunk_size=32, **kw)
+    y_ref, s_ref, d_ref = ssd_scan_ref(**kw)
+    torch.testing.assert_close(s, s_ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(y, y_ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("elements", [1, 2 * 4 * 8 * 8 * 2])  # a block per chunk; two chunks per block
+def test_blocks_of_chunks_change_nothing(monkeypatch, elements):
+    """Long sequences run in blocks of chunks, the state carried across: forced down to one or two
+    chunks per block, output, state, decay and gradients equal the reference's."""
+    from picaso_core import scan
+
+    kw = _ssd_inputs(b=2, l=37, h=4, dtype=torch.float64)  # chunk 8: 5 chunks (the last one padded)
+    whole = ssd_scan_chunked(chunk_size=8, **kw)
+    monkeypatch.setitem(scan.BLOCK_ELEMENTS, "cpu", elements)
+    blocked = ssd_scan_chunked(chunk_size=8, **kw)
+    for a, b, c in zip(blocked, whole, ssd_scan_ref(**kw)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(a, c, atol=1e-12, rtol=1e-12)
+    small = _ssd_inputs(b=1, l=7, h=2, p=2, g=1, n=2)
+    x, h0 = (small[k].requires_grad_() for k in ("x", "initial_state"))
+    assert torch.autograd.gradcheck(
+        lambda x, h0: ssd_scan_chunked(x, small["dt"], small["A"], small["B"], small["C"], 2, h0), (x, h0))
