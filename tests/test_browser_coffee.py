@@ -5,6 +5,7 @@ selenium. Leaves a screenshot at $PICASO_SCREENSHOT_COFFEE (default: <tmp>/picas
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -51,8 +52,13 @@ def test_coffee_tab_trains_both_models_live(browser, app_url):  # noqa: F811
     _set_number(browser, "coffee-steps", 20000)
     browser.find_element(By.ID, "coffee-run").click()
     wait.until(lambda d: "Training: COFFEE" in d.find_element(By.ID, "coffee-status").text)
+    def steps_shown(d):
+        m = re.search(r"Training: .* after (\d+) steps", d.find_element(By.ID, "coffee-status").text)
+        return int(m.group(1)) if m else 0
+
+    wait.until(lambda d: steps_shown(d) > 50)   # past the 50 steps the next run stops at
     browser.find_element(By.ID, "coffee-stop").click()
     _set_number(browser, "coffee-steps", 50)
-    browser.find_element(By.ID, "coffee-run").click()
-    # the new run starts (Stop freed the session) and reaches its 50 steps
-    wait.until(lambda d: "after 50 steps" in d.find_element(By.ID, "coffee-status").text)
+    browser.find_element(By.ID, "coffee-run").click()   # at once: the stopped run may still be winding down
+    # the stopped run says so, then the new run (Stop freed the session) reaches its 50 steps
+    wait.until(lambda d: "Done: COFFEE" in (t := d.find_element(By.ID, "coffee-status").text) and "after 50 steps" in t)

@@ -51,9 +51,12 @@ def test_one_run_per_session_and_cancel_frees_it():
     assert "s" not in coffee_tab._running
     again = coffee_tab.train_live("ih0", 4, 1, 1, 0, 1, 2, steps=5000, seconds=60, seed=0, session="s")
     next(again)
-    coffee_tab.stop_run("s")   # Stop frees the session at once; the lingering run ends at its next turn
+    coffee_tab.stop_run("s")   # Stop frees the session at once; the stopped run ends at its next turn
     assert list(coffee_tab.train_live("ih0", 4, 1, 1, 0, 1, 2, steps=10, seconds=5, seed=0, session="s"))
-    assert list(again) == [] and "s" not in coffee_tab._running
+    last = list(again)   # one final update, saying where it stopped, and the event ends
+    assert len(last) == 1 and last[0][4]["stopped"] and "Stopped" in last[0][2]
+    assert 0 < last[0][4]["history"]["coffee"][-1]["step"] < 5000
+    assert "s" not in coffee_tab._running
 
 
 @pytest.mark.parametrize("args,match", [

@@ -8,7 +8,7 @@ endpoints:
     Client(url).predict(steps=200, train="embedding", api_name="/coffee_ih0")
 
 /coffee_train trains COFFEE and S6 in turns (the same number of steps each, within `seconds` of
-training in all) and streams the curves; Stop cancels it; one run per browser session at a time.
+training in all) and streams the curves; Stop ends it at its next turn (status "Stopped"); one run per browser session at a time.
 """
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, 
         py, cl = snippets(args)
         paper = paper_lines(args)
         while True:
-            if session and _running.get(session) != me:  # stopped (stop_run): a cancelled generator may linger
+            if session and _running.get(session) != me:  # stopped (stop_run): say so, and end the event
+                yield outputs(args, hist, paper, runs, py, cl, done=True, stopped=True)
                 return
             budget_left = args["max_seconds"] - sum(trained.values())
             if budget_left <= 0 or all(r.steps_done >= args["steps"] for r in runs.values()):
@@ -184,8 +185,8 @@ def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, 
 
 
 def stop_run(session: str) -> None:
-    """Stop's handler: free the session at once (gradio cancels the streaming event; the generator it
-    leaves suspended ends at its next turn or when collected)."""
+    """Stop's handler: free the session at once; the run ends at its next turn (at most CHUNK steps of
+    each model), showing where it stopped, and its event completes like a finished one."""
     with _lock:
         _running.pop(session, None)
 
@@ -194,11 +195,11 @@ def _record(run, step: int, loss: float, acc: float, seconds: float) -> dict:
     return {"step": step, "loss": loss, "accuracy": acc, "seconds": seconds, "params": run.params}
 
 
-def outputs(args, hist, paper, runs, py, cl, done: bool):
+def outputs(args, hist, paper, runs, py, cl, done: bool, stopped: bool = False):
     last = {m: h[-1] for m, h in hist.items()}
     c, s = last["coffee"], last["s6"]
     src = runs["coffee"].source
-    head = "Done" if done else "Training"
+    head = "Stopped" if stopped else "Done" if done else "Training"
     status = (f"**{head}: COFFEE {c['accuracy']:.3f} vs S6 {s['accuracy']:.3f}** validation accuracy after "
               f"{c['step']} steps each ({c['seconds']:.1f} s and {s['seconds']:.1f} s of training; batch "
               f"{runs['coffee'].cfg.batch}). Parameters: COFFEE {c['params']}, S6 {s['params']}."
@@ -207,7 +208,7 @@ def outputs(args, hist, paper, runs, py, cl, done: bool):
         dict(zip(RUN_COLUMNS, (NAMES[m], last[m]["params"], last[m]["step"], round(last[m]["accuracy"], 4),
                                round(last[m]["loss"], 4), paper.get(m, "–")))) for m in ("coffee", "s6")])
     title = TASKS[args["task"]]
-    data = {"args": args, "history": hist, "paper": paper, "done": done, "source": src}
+    data = {"args": args, "history": hist, "paper": paper, "done": done, "stopped": stopped, "source": src}
     return (curves_figure(hist, "loss", title=f"{title}: validation loss"),
             curves_figure(hist, "accuracy", paper, title=f"{title}: validation accuracy"), status, table, data, py, cl)
 
@@ -336,13 +337,18 @@ def render(res: Resources | None = None) -> None:
         return ih0_run(steps, train)
 
     ins = [task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed]
-    ev = run.click(coffee_train, ins, [loss_plot, acc_plot, status, table, data, py, cl], api_name="coffee_train",
-                   preprocess=False, concurrency_limit=2, concurrency_id="coffee-train", show_progress="minimal")
+    # Stop is served here, not by gradio's `cancels`: the browser only clears a cancelled run once the
+    # cancel request returns, and dropped (trigger_mode "once") or never replayed ("always_last") a
+    # Run clicked before that. Now the stopped run ends at its next turn like a finished one, and a
+    # Run clicked meanwhile starts right after it ("always_last").
+    run.click(coffee_train, ins, [loss_plot, acc_plot, status, table, data, py, cl], api_name="coffee_train",
+                   preprocess=False, concurrency_limit=2, concurrency_id="coffee-train", show_progress="minimal",
+                   trigger_mode="always_last")
 
     def coffee_stop(request: gr.Request):
         stop_run(getattr(request, "session_hash", "") or "")
 
-    stop.click(coffee_stop, None, None, cancels=[ev], api_visibility="private", concurrency_limit=None)
+    stop.click(coffee_stop, None, None, api_visibility="private", concurrency_limit=None)
     ih0_btn.click(coffee_ih0, [ih0_steps, ih0_train], [ih0_plot, ih0_md, ih0_data], api_name="coffee_ih0",
                   preprocess=False, concurrency_limit=2, concurrency_id="coffee-ih0")
     gr.on(None, lambda: coffee_ih0(200, "embedding"), None, [ih0_plot, ih0_md, ih0_data], api_visibility="private")
