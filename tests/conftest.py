@@ -22,9 +22,11 @@ TINY_SSM = {
 }
 
 
-def tiny_config(family: str = "Mamba2", vocab_size: int = TINY_VOCAB, **kw) -> ModelConfig:
-    return ModelConfig(d_model=32, n_layer=2, vocab_size=vocab_size, ssm_cfg=dict(TINY_SSM[family]),
-                       pad_vocab_size_multiple=8, **kw)
+def tiny_config(family: str = "Mamba2", vocab_size: int = TINY_VOCAB, n_layer: int = 2, ssm: dict | None = None,
+                **kw) -> ModelConfig:
+    """`ssm` overrides entries of the family's TINY_SSM (e.g. headdim=64, ngroups=1 for one Mamba-2 head)."""
+    return ModelConfig(d_model=32, n_layer=n_layer, vocab_size=vocab_size,
+                       ssm_cfg={**TINY_SSM[family], **(ssm or {})}, pad_vocab_size_multiple=8, **kw)
 
 
 def tiny_model(family: str = "Mamba2", seed: int = 0, **kw) -> SSMLanguageModel:
@@ -68,10 +70,13 @@ def tokenizer_json(tmp_path_factory) -> Path:
 def tiny_model_dir(tmp_path_factory, tokenizer_json) -> Path:
     """A random tiny Mamba-2 saved in the mamba_ssm layout (config.json, model.safetensors,
     tokenizer.json): what `load_model(folder)` and `python app.py --model folder` read."""
+    return save_model_dir(tiny_model("Mamba2", seed=1), tmp_path_factory.mktemp("tiny_model"), tokenizer_json)
+
+
+def save_model_dir(model: SSMLanguageModel, folder: Path, tokenizer_json: Path) -> Path:
+    """Write `model` into `folder` in the mamba_ssm layout, with the tiny tokenizer."""
     from safetensors.torch import save_file
 
-    model = tiny_model("Mamba2", seed=1)
-    folder = tmp_path_factory.mktemp("tiny_model")
     (folder / "config.json").write_text(json.dumps(model.config.to_dict()))
     sd = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     save_file(sd, str(folder / "model.safetensors"))

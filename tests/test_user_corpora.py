@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import app
+from conftest import save_model_dir, tiny_model
 from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_tab
 from picaso_core.ui.resources import load_resources, store_folder
 from test_retrieval import BagOfWords
@@ -89,9 +90,14 @@ def _notes(demo) -> dict[str, str]:
             if str(getattr(b, "elem_id", "")).endswith("-limits") and getattr(b, "visible", False)}
 
 
+def _block(demo, elem_id: str):
+    return next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == elem_id)
+
+
 def test_each_tab_says_what_it_cannot_show(user_res):
     name, res = user_res
-    notes = _notes(app.build_app(res))
+    demo = app.build_app(res)
+    notes = _notes(demo)
     text = " ".join(notes.values())
     assert "k goes up to 3" in notes["compose-limits"]  # 3 contexts, below k = 10
     labelled = name in ("one labelled sample", "no QA")
@@ -102,6 +108,15 @@ def test_each_tab_says_what_it_cannot_show(user_res):
     else:
         assert "nothing to draw" not in text
     assert "a window of 3 × 100 tokens does not fit" in notes["soup-decay-limits"]  # 3 short contexts
+    # the live fine-tune needs 2 samples with their own contexts: said before Start, and Start is disabled
+    with_contexts = {"one sample": 1, "one labelled sample": 1, "no labels": 2, "no QA": 2, "no contexts": 0,
+                     "database file only": 0}[name]
+    cannot = with_contexts < 2
+    assert ("ft-limits" in notes) == cannot
+    assert _block(demo, "ft-start").interactive is (not cannot)
+    if cannot:
+        assert "needs at least 2 samples with their own contexts" in notes["ft-limits"]
+        assert f"this corpus has {with_contexts}, so Start is disabled" in notes["ft-limits"]
 
 
 def test_handlers_refuse_what_the_corpus_cannot_give_with_the_reason(user_res):
@@ -122,11 +137,18 @@ def test_handlers_refuse_what_the_corpus_cannot_give_with_the_reason(user_res):
     assert len(data["scores"]["picaso_r"]) == 2
 
 
-def test_one_context_and_one_layer_sliders_do_not_crash(tiny_model_dir, tmp_path):
+def test_one_context_and_one_layer_sliders_do_not_crash(tokenizer_json, tmp_path):
+    """One context in the database, and a one-layer, one-head model (the Primer tab's layer and head sliders)."""
+    one_layer = tiny_model("Mamba2", seed=2, n_layer=1, ssm=dict(headdim=64, ngroups=1))  # d_inner 64: one head
+    assert (one_layer.config.n_layer, one_layer.config.nheads) == (1, 1)
+    model_dir = save_model_dir(one_layer, tmp_path, tokenizer_json)
     corpus = _write(tmp_path / "one.jsonl", [{**VELMORA, "contexts": CONTEXTS[:1], "gold_ids": ["velmora-0"]}])
-    res = load_resources(str(tiny_model_dir), str(corpus), cache_dir=tmp_path / "cache", embedder=BagOfWords(),
+    res = load_resources(str(model_dir), str(corpus), cache_dir=tmp_path / "cache", embedder=BagOfWords(),
                          log=lambda msg: None)
-    notes = _notes(app.build_app(res))
+    demo = app.build_app(res)
+    notes = _notes(demo)
+    for slider in ("primer-layer", "primer-head"):
+        assert _block(demo, slider).value == 0 and _block(demo, slider).interactive is False
     assert "One context in the database" in notes["attribution-limits"]
     assert "a plane goes through 3 states" in notes["landscape-limits"]
     assert compose_tab.run_compose(res, VELMORA["query"], VELMORA["continuation"], k=1, max_new_tokens=0)[0]

@@ -29,6 +29,7 @@ from picaso_core import finetune as FT
 from picaso_core.plots import finetune as PF
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, whole_number
+from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Fine-tuning"
@@ -38,6 +39,7 @@ ENDPOINT, CANCEL_ENDPOINT = "/finetune", "/finetune_cancel"
 MAX_STEPS, MAX_K = 300, 10
 COMPARE_SAMPLES, COMPARE_K = 10, 5
 COMPARE_METHODS = ("none", "concat", "picaso_r")
+MIN_LIVE_SAMPLES = 2  # one to train on, one held out to compare
 _RUN_LOCK = threading.Lock()  # one live fine-tune at a time, app-wide (CPU and memory)
 _CANCEL = threading.Event()
 _tuned: dict[int, object] = {}  # id(res) -> Resources of the shipped fine-tuned model (Compose & compare)
@@ -120,6 +122,20 @@ def tuned_resources(res: Resources) -> Resources:
 
 
 # ---- the live fine-tune -----------------------------------------------------------------------
+def limits(res: Resources) -> list[str]:
+    """What this tab cannot show on the loaded corpus, and why (shown above the live fine-tune; Start is
+    disabled when a line is here). The demo trains on its own train split, so it has no limit."""
+    if res.corpus.name == "demo":
+        return []
+    n = corpus_counts(res)["with_contexts"]
+    if n >= MIN_LIVE_SAMPLES:
+        return []
+    return [f"The live fine-tune needs at least {MIN_LIVE_SAMPLES} samples with their own contexts (one half to "
+            f"train on, the other to compare before / after); this corpus has {n}, so Start is disabled. Samples "
+            "get contexts from a `contexts` field in the corpus file (a database file alone gives none). The "
+            "shipped fine-tune of the demo model above does not depend on the corpus."]
+
+
 def live_data(res: Resources):
     """(training samples, their database, held-out comparison samples) for a live run."""
     from picaso_core.data import load_corpus
@@ -128,8 +144,9 @@ def live_data(res: Resources):
         train = load_corpus("demo", "train")
         return train.samples, train.database, res.corpus.samples[:COMPARE_SAMPLES]
     samples = [s for s in res.corpus.samples if s.contexts]
-    if len(samples) < 2:
-        raise bad_input("this corpus has fewer than 2 samples with contexts: nothing to fine-tune on and compare with")
+    if len(samples) < MIN_LIVE_SAMPLES:
+        raise bad_input(f"this corpus has fewer than {MIN_LIVE_SAMPLES} samples with contexts: nothing to fine-tune "
+                        "on and compare with")
     half = len(samples) // 2
     return samples[:half], res.database, samples[half:][:COMPARE_SAMPLES]
 
@@ -271,6 +288,8 @@ def render(res: Resources) -> None:
 
     gr.Markdown("### Fine-tune live\nTrains a copy of the loaded model (the app's model is not changed), then "
                 "compares the two on held-out samples. One run at a time for the whole app.")
+    cannot = limits(res)
+    note(cannot, "ft-limits")
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=300):
             objective = gr.Radio([("BPTC (through composition)", "bptc"), ("BP2C (state detached)", "bp2c")],
@@ -281,10 +300,11 @@ def render(res: Resources) -> None:
             lr = gr.Number(3e-4, label="Learning rate", elem_id="ft-lr",
                    info="3e-4: PICASO-R gains, Concat barely moves; 1e-3 closes the gap faster but hurts Concat")
             with gr.Row():
-                start = gr.Button("Start", variant="primary", elem_id="ft-start")
+                start = gr.Button("Start", variant="primary", elem_id="ft-start", interactive=not cannot)
                 stop = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
         with gr.Column(scale=2, min_width=420):
-            status = gr.Markdown("Press **Start**: 40 steps take about a minute on the demo model.",
+            status = gr.Markdown("Start is disabled on this corpus (see above)." if cannot else
+                                 "Press **Start**: 40 steps take about a minute on the demo model.",
                                  label="Live fine-tune status", elem_id="ft-status")
             curve = gr.Plot(label="Live training loss", elem_id="ft-live-curve")
             bars = gr.Plot(label="Before / after on held-out samples", elem_id="ft-compare")

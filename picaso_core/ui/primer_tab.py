@@ -26,6 +26,7 @@ from picaso_core.lab import primer as lab
 from picaso_core.plots import primer as P
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, text, whole_number
+from picaso_core.ui.limits import count_slider
 from picaso_core.ui.resources import Resources
 
 TITLE = "Primer"
@@ -292,8 +293,9 @@ def render(res: Resources) -> None:
 
     gr.Markdown("### 4. The Mamba-2 attention view\n" + SAY["attention"])
     with gr.Row():
-        layer = gr.Slider(0, cfg.n_layer - 1, value=0, step=1, label="layer", elem_id="primer-layer")
-        head = gr.Slider(0, n_heads - 1, value=0, step=1, label="head", elem_id="primer-head")
+        # count_slider: a one-layer or one-head model gets a fixed slider at 0 (gradio refuses min == max)
+        layer = count_slider(0, cfg.n_layer - 1, 0, label="layer", elem_id="primer-layer")
+        head = count_slider(0, n_heads - 1, 0, label="head", elem_id="primer-head")
     attention_md = gr.Markdown(label="M x vs the scan", elem_id="primer-attention-md")
     attention_plot = gr.Plot(label="M and L", elem_id="primer-attention")
     attention_data = gr.JSON(visible=False, label="Attention data")
