@@ -323,6 +323,7 @@ def test_tab_two_task_and_decay_and_curves(res):
 
     fig, summary, table, data, *_ = soup_tab.two_task(res, "counting", "antonym", "one →", "two\nbig", 0.25)
     assert 0.25 in list(table["w"]) and len(data["rows"]) == 12 and "w = 0.25" in summary
+    assert list(table.columns) == soup_tab.two_task_columns(["two", "big"]) == ["w", "generation", "loss “two”", "loss “big”"]
     with pytest.raises(gr.Error, match="task A"):
         soup_tab.two_task(res, "juggling", "antonym", "one →", "two", 0.5)
     with pytest.raises(gr.Error, match="w must be"):

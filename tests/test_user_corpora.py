@@ -202,3 +202,16 @@ def test_soup_decay_note_is_empty_on_a_long_corpus(tiny_model_dir, tmp_path):
     res = load_resources(str(tiny_model_dir), str(corpus), cache_dir=tmp_path / "cache", embedder=BagOfWords(),
                          log=lambda msg: None)
     assert soup_tab.decay_limits(res) == []
+
+
+def test_every_table_shows_its_column_names_at_start(user_res):
+    """No gr.Dataframe of any tab opens with gradio's placeholder header "1 2 3": before a run, a table
+    shows the columns its endpoint fills (issue #20, item 6)."""
+    import gradio as gr
+
+    _, res = user_res
+    tables = [b for b in app.build_app(res).blocks.values() if isinstance(b, gr.Dataframe)]
+    assert len(tables) >= 10  # every tab's tables, not a subset
+    placeholder = [(t.elem_id or t.label, t.value["headers"]) for t in tables
+                   if not t.value["headers"] or all(str(h).isdigit() for h in t.value["headers"])]
+    assert not placeholder, f"tables with no column names at start: {placeholder}"

@@ -321,6 +321,16 @@ def retrieval_curve(res: Resources, queries: int = 4, part: str = "ssm", progres
     return plots.retrieval_figure(r), summary, r, py, client_snippet("/soup_retrieval", queries=queries, part=part)
 
 
+# the mixing table's columns: soup.mixing_table's rows, then soup.retrieval_mixing's (m: soup size; retrieval_hit:
+# the nearest library state is of the query's task); shown as the empty table's header before the first run
+MIX_COLUMNS = ["k", "m", "method", "accuracy", "loss", "n", "retrieval_hit"]
+
+
+def two_task_columns(answers: list[str]) -> list[str]:
+    """The two-task table's columns: w, the generation at w, and the loss of each answer to score."""
+    return ["w", "generation", *(f"loss “{a}”" for a in answers)]
+
+
 def mixing(res: Resources, queries: int = 3, progress=lambda *a, **k: None):
     """/soup_mixing: fig. 2 left (soup of m k-shot states vs k shots vs all 16) and right
     (a k-shot query state mixed with its nearest library state)."""
@@ -331,7 +341,8 @@ def mixing(res: Resources, queries: int = 3, progress=lambda *a, **k: None):
     rmix = soup.retrieval_mixing(res.model, lib, (1, 2, 4, 8), 1, None, "ssm", queries, SEED,
                                  _progress(progress, "retrieval + mixing"))
     summary = mixing_summary(rows, rmix)
-    table = pd.DataFrame([{**r, "accuracy": round(r["accuracy"], 3), "loss": round(r["loss"], 4)} for r in rows + rmix])
+    table = pd.DataFrame([{**r, "accuracy": round(r["accuracy"], 3), "loss": round(r["loss"], 4)} for r in rows + rmix],
+                         columns=MIX_COLUMNS)
     py = ("from picaso_core.soup import mixing_table, retrieval_mixing\n"
           f"rows = mixing_table(model, total=16, ks={KS}, queries={queries})\n"
           f"rmix = retrieval_mixing(model, lib, ks=(1, 2, 4, 8), top=1, queries={queries})\n")
@@ -368,8 +379,9 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
     ws = sorted(set(np.round(np.linspace(0, 1, 11), 2).tolist()) | {round(w, 3)})
     progress(0.5, desc="mixing and generating")
     rows = soup.two_task_mix(res.model, xa, xb, prompt, answer_list, ws)
-    table = pd.DataFrame([{"w": r["w"], "generation": r["generation"], **{f"loss “{a}”": round(v, 3)
-                                                                         for a, v in r["losses"].items()}} for r in rows])
+    scored = list(dict.fromkeys(answer_list))  # an answer typed twice is scored once
+    table = pd.DataFrame([[r["w"], r["generation"], *(round(r["losses"][a], 3) for a in scored)] for r in rows],
+                         columns=two_task_columns(scored))
     summary = two_task_story(rows, w, task_a, task_b, prompt)
     py = ("from picaso_core.soup import task_state, two_task_mix\n"
           f"rows = two_task_mix(model, task_state(lib, {task_a!r}), task_state(lib, {task_b!r}), {prompt!r}, {answer_list!r})\n")
@@ -462,7 +474,7 @@ def render(res: Resources) -> None:
     mix_fig = gr.Plot(label="Mixing", elem_id="soup-mixing")
     mix_summary = gr.Markdown(label="Mixing summary")
     with gr.Accordion("Mixing table and data", open=False):
-        mix_table = gr.Dataframe(label="Mixing rows", interactive=False)
+        mix_table = gr.Dataframe(pd.DataFrame(columns=MIX_COLUMNS), label="Mixing rows", interactive=False)
         ret_data = gr.JSON(label="Retrieval data")
         mix_data = gr.JSON(label="Mixing data")
 
@@ -482,7 +494,8 @@ def render(res: Resources) -> None:
     two_summary = gr.Markdown(label="Two-task summary")
     two_fig = gr.Plot(label="Answer losses vs w", elem_id="soup-two")
     with gr.Accordion("Generations at every w", open=False):
-        two_table = gr.Dataframe(label="Generations", interactive=False)
+        two_table = gr.Dataframe(pd.DataFrame(columns=two_task_columns(DEFAULT_ANSWERS.split("\n"))),
+                                 label="Generations", interactive=False)
         two_data = gr.JSON(label="Two-task data")
 
     gr.Markdown("### A-decay mixing of sequential chunks (sec. 2.3)\nCut the corpus into windows c1, c2, test; "
