@@ -67,6 +67,33 @@ def test_training_examples_are_deterministic_per_seed():
     assert {e["kind"] for e in v2} == {"retrieval", "qa", "skill", "knowledge", "passage"}
 
 
+def test_build_script_leaves_the_tree_clean_and_its_manifest_true(tmp_path):
+    """`scripts/build_demo_data.py --no-embeddings`, run as a user runs it but over a copy of assets/
+    (the copy holds every file of assets/demo_data, landscape_default.json and the embeddings
+    included): no file changes, so the tree stays clean, and MANIFEST.json's sha256 list matches the
+    files (issue #20: a run used to leave the manifest stale). About 2 s."""
+    import hashlib
+    import shutil
+    import subprocess
+    import sys
+
+    out = tmp_path / "assets"
+    shutil.copytree(ROOT / "assets/demo_data", out / "demo_data")
+    shutil.copy(ROOT / "assets/tokenizer.json", out / "tokenizer.json")
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/build_demo_data.py"), "--no-embeddings", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after.keys() == before.keys()  # nothing new left beside the committed files
+    changed = [str(name) for name in after if after[name] != before[name]]
+    assert not changed, f"build_demo_data.py rewrote {changed}: the tree would be dirty"
+    manifest = json.loads((out / "demo_data/MANIFEST.json").read_text())
+    for name, digest in manifest["sha256"].items():
+        path = out / name if name == "tokenizer.json" else out / "demo_data" / name
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, name
+
+
 def test_bundled_assets_match_the_generator():
     """The committed test split is exactly what the build script generates (determinism +
     assets up to date), checked in memory: tests never write to assets/."""
