@@ -16,10 +16,14 @@ ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PICASO_DEVICE=
 
 # Spaces run the container as user 1000; everything it writes (state stores, hub cache) lives in its home.
+# NUMBA_CPU_NAME=generic: numba keys its disk cache by the CPU's name and features, so code compiled
+# for the builder's CPU would be compiled again on a Space's different runtime CPU; generic x86-64 code
+# is valid on both (the UMAP step below).
 RUN useradd --create-home --uid 1000 user
 ENV HOME=/home/user \
     PATH=/home/user/.local/bin:$PATH \
     PYTHONUNBUFFERED=1 \
+    NUMBA_CPU_NAME=generic \
     HF_HOME=/home/user/.cache/huggingface \
     PICASO_CACHE=/home/user/.cache/picaso_explorer \
     PICASO_DEVICE=${PICASO_DEVICE} \
@@ -39,7 +43,8 @@ COPY --chown=user . .
 # another PICASO_MODEL / PICASO_CORPUS that is what happens, into PICASO_CACHE.
 RUN HF_HUB_OFFLINE=1 python -c "from picaso_core.ui.resources import load_resources; load_resources('demo', 'demo', encode_all=True)"
 # Compile UMAP's numba code into the image too (numba's cache in the user's home: ~40 s here once),
-# so the State soup tab's first UMAP map loads it in seconds (picaso_core/soup.py, _cache_umap_numba).
+# so the State soup tab's first UMAP map loads it in seconds on any x86-64 CPU (NUMBA_CPU_NAME above;
+# picaso_core/soup.py, _cache_umap_numba).
 RUN python -c "from picaso_core.soup import warm_up_umap; warm_up_umap()"
 
 EXPOSE 7860

@@ -22,6 +22,7 @@ import os
 
 import gradio as gr
 
+from picaso_core.loading import check_device
 from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose_tab, finetune_tab, landscape_tab,
                             primer_tab, soup_tab)
 from picaso_core.ui.layout import CSS, JS, THEME, header
@@ -81,6 +82,10 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    try:  # before anything loads: a device this torch cannot give (PICASO_DEVICE=cuda on the CPU image)
+        check_device(args.device)
+    except RuntimeError as e:  # one line naming the fix, not a traceback
+        raise SystemExit(f"error: {e}") from None
     res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
                          args.device, encode_all=args.encode_all, database=args.database, store=args.store,
                          dtype=args.dtype)

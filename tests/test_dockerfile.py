@@ -5,6 +5,7 @@ app.py on 0.0.0.0:7860 as user 1000, and its pre-encoding step fills the very st
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -81,3 +82,21 @@ def test_the_pre_encoding_step_fills_the_store_the_app_opens(tmp_path):
     assert len(res.store) == len(res.database) > 0, f"{len(res.store)} of {len(res.database)} encoded"
     assert str(res.store.folder).startswith(str(home / ".cache" / "picaso_explorer"))
 
+
+
+def test_numba_cache_built_in_the_image_does_not_depend_on_the_builders_cpu():
+    """numba keys each cached function by (LLVM triple, host CPU name, CPU features): the UMAP code the
+    image compiles at build time would miss on a Space whose CPU differs. With the image's
+    NUMBA_CPU_NAME=generic the key names no CPU of this machine, set before both RUN steps."""
+    env = image_env()
+    assert env["NUMBA_CPU_NAME"] == "generic"
+    ins = instructions()
+    env_at = next(i for i, (w, rest) in enumerate(ins) if w == "ENV" and "NUMBA_CPU_NAME=" in rest)
+    assert env_at < min(i for i, (w, rest) in enumerate(ins) if w == "RUN" and "python" in rest)
+    probe = ("from numba.core.registry import cpu_target; import llvmlite.binding as ll; "
+             "print(repr((cpu_target.target_context.codegen().magic_tuple(), ll.get_host_cpu_name())))")
+    child_env = {**os.environ, "NUMBA_CPU_NAME": env["NUMBA_CPU_NAME"]}
+    done = subprocess.run([sys.executable, "-c", probe], env=child_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (triple, cpu, features), host = ast.literal_eval(done.stdout)
+    assert (cpu, features) == ("generic", "") and host not in (cpu, features)

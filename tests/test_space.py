@@ -155,3 +155,25 @@ def test_picaso_device_cuda_on_the_cpu_image_names_the_fix():
     match = "TORCH_INDEX_URL" if torch.version.cuda is None else "sees no GPU"
     with pytest.raises(RuntimeError, match=match):
         load_model("demo", device="cuda")
+
+
+def test_app_with_a_device_torch_cannot_give_exits_with_one_line_naming_the_fix():
+    """`PICASO_DEVICE=cuda python app.py` without a usable GPU: exit status 1 and one line on stderr
+    that names the fix (app.main turns check_device's RuntimeError into it), no traceback, before
+    any model or corpus is loaded."""
+    import os
+    import sys
+    import time
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    env = {**os.environ, "PICASO_DEVICE": "cuda", "HF_HUB_OFFLINE": "1"}
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, str(ROOT / "app.py")], env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: device 'cuda': "), lines
+    assert ("TORCH_INDEX_URL" if torch.version.cuda is None else "--gpus all") in lines[0]
+    assert time.perf_counter() - t0 < 60  # it stopped before loading anything heavy
