@@ -301,7 +301,7 @@ def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
     """One step of the recurrence, IN PLACE on h: h = exp(dt A) h + dt x B^T, returns y = C h.
 
     Args (Mamba-2 | Mamba-1):
-        h: [b, H, P, N] | [b, E, N], contiguous, float32; x: [b, H, P] | [b, E];
+        h: [b, H, P, N] | [b, E, N], float32, each row contiguous (all rows: the fast case); x: [b, H, P] | [b, E];
         dt: [b, H] | [b, E] (softplus'ed); A: [H] | [E, N] (< 0); B, C: [b, G, N] | [b, N].
     Returns y [b, H, P] | [b, E] (float32), without the D skip and the gate.
     On CUDA with mamba_ssm, its selective_state_update kernel (one launch instead of five).
@@ -314,6 +314,9 @@ def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
             dt, A = dt[..., None].expand(*dt.shape, P), A[:, None, None].expand(-1, P, N)
         return _selective_state_update(h, x, dt, A, B, C).float()
     b, N = h.shape[0], h.shape[-1]
+    if b > 1 and not h.is_contiguous():  # rows apart in memory (a batch-major slice): one row at a time
+        return torch.cat([state_update(h[i:i + 1], x[i:i + 1], dt[i:i + 1], A, B[i:i + 1], C[i:i + 1])
+                          for i in range(b)])
     x, dt, A, B, C = upcast(x, dt, A, B, C)
     if two:  # one [P, N] matrix per (row, head): rows r = (i, head) of a flat view [b·H, P, N]
         H, P = h.shape[1], h.shape[2]

@@ -202,6 +202,10 @@ def test_state_update_in_blocks_equals_its_reference(shape, dtype, tol, monkeypa
         assert y.dtype == dtype and y.shape == y_ref.shape
         assert _rel(y, y_ref) < tol and _rel(hh, h_ref) < tol, blocks
     assert not torch.equal(h_ref, h)  # the update does something: the reference is not the input
+    apart = torch.stack([h, h], 1)[:, 0]  # rows not adjacent (a layer of a batch-major state)
+    assert not apart.is_contiguous()
+    y = scan.state_update(apart, x, dt, A, B, C)
+    assert _rel(y, y_ref) < tol and _rel(apart, h_ref) < tol
 
 
 def test_greedy_generate_batch_leaves_torchs_global_rng_alone(family):
