@@ -167,16 +167,25 @@ def click(model, args) -> None:
     store = model.encode_contexts(ctx)
     q, c = tok.encode(s.query), tok.encode(s.continuation)
 
-    def before():  # run_methods with the engine's generation as it was: one method at a time, scan/token
-        model.generate_batch = lambda p, states, max_new_tokens, **kw: [
-            scan_generate(model, p, st, max_new_tokens, tok.eos_id) for st in states]
+    def before():  # run_methods as before issue 21: a scoring forward, then one method at a time, scan/token
+        import picaso_core.decode as decode
+
+        def old_score_and_generate(model, p, cont, states, max_new_tokens, timings=None, **kw):
+            t0 = time.perf_counter()
+            losses = model.continuation_losses(p, cont, states)
+            t1 = time.perf_counter()
+            gens = [scan_generate(model, p, st, max_new_tokens, tok.eos_id) for st in states]
+            timings.update(score_s=t1 - t0, generate_s=time.perf_counter() - t1)
+            return losses, gens
+
+        now, decode.score_and_generate = decode.score_and_generate, old_score_and_generate
         try:
             return run_methods(model, q, c, ctx, store, generate_tokens=args.tokens)
         finally:
-            del model.generate_batch  # the method again
+            decode.score_and_generate = now  # what run_methods calls (it imports it per call)
 
-    fns = {"before: 7 x scan/token generate": before,
-           "now: generate_batch": lambda: run_methods(model, q, c, ctx, store,
+    fns = {"before: scoring, then 7 x scan/token generate": before,
+           "now: score_and_generate, batched": lambda: run_methods(model, q, c, ctx, store,
                                                                         generate_tokens=args.tokens)}
     ts = {k: [] for k in fns}
     for _ in range(args.repeats + 1):
