@@ -9,13 +9,17 @@ cost of one decode step vs the length of what came before. Side by side in one r
    - scan/token: the engine before issue 21: per state, a prefill, then one forward through the
      chunked scan per token (what `generate` did);
    - sequential `generate`: per state, a prefill and recurrent `step`s (the one-row case);
-   - `generate_batch`: one batched prefill and batched steps for all rows.
+   - `generate_batch`: one batched prefill and batched steps for all rows; and the same with the
+     CPU state update unblocked (one pass over the whole layer's state per op, as before
+     scan.STATE_BLOCK_BYTES), to measure the blocking side by side.
    Ratios against `generate_batch`. Targets on 2 CPU cores: >= 4x (demo), >= 3x (130m shape).
 2. ms per step vs prompt length (16, 256, 1024, 4096 tokens read before): the batched recurrent
    step and the scan path's one-token forward, each from a state of that length; an SSM's decode
    is O(1), so the ratio 4096 / 16 should be ~1 (target <= 1.3).
 3. Memory of the decode: the buffers it allocates once (state, token table), the per-step
-   activations (fixed, they do not grow with the tokens), and on CUDA the measured peak.
+   activations (fixed, they do not grow with the tokens), and the measured peak: on CPU the
+   resident-memory high-water mark of one generate_batch in a fresh process at --tokens and
+   4 x --tokens new tokens (it must not grow with the tokens), on CUDA the allocator's peak.
 On CUDA each figure is also printed against the memory-bandwidth floor (bench/limits.py): a step
 must read every weight once, and the state.
 Figures are medians of interleaved repeats (a shared machine hits all competitors alike).
@@ -24,8 +28,12 @@ Figures are medians of interleaved repeats (a shared machine hits all competitor
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,31 +45,72 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from limits import add_limit_flags, limits, vs_limit  # noqa: E402
 
 from picaso_core import ContextState, ModelConfig, SSMLanguageModel, load_model  # noqa: E402
+from picaso_core import scan  # noqa: E402
+from picaso_core.model import layer_major  # noqa: E402
 from picaso_core.scan import upcast  # noqa: E402
 
 SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48)}  # (d_model, n_layer), config.json
 
 
+def make_model(shape: str, device: str, dtype: torch.dtype):
+    """The model alone (no forward): the demo, or random weights of a released shape."""
+    if shape == "demo":
+        return load_model("demo").to(device=device, dtype=dtype).eval()
+    d, n = SHAPES[shape]
+    torch.manual_seed(0)
+    return SSMLanguageModel(ModelConfig(d_model=d, n_layer=n, vocab_size=50277, pad_vocab_size_multiple=16,
+                                        ssm_cfg=dict(layer="Mamba2"))).to(device=device, dtype=dtype).eval()
+
+
 def build(shape: str, device: str, dtype: torch.dtype, rows: int):
     """(model, prompt ids, `rows` states). demo: the 7 methods' states of the first held-out sample."""
+    model = make_model(shape, device, dtype)
     if shape == "demo":
         from picaso_core.data import load_corpus
         from picaso_core.evaluate import METHODS, _build_state
 
-        model = load_model("demo").to(device=device, dtype=dtype).eval()
         s = load_corpus("demo", "test").samples[0]
         tok = model.tokenizer
         ctx = [tok.encode(t) for _, t in s.contexts]
         store = model.encode_contexts(ctx)
         states = [_build_state(model, m, ctx, store) for m in METHODS]
         return model, tok.encode(s.query), (states * rows)[:rows]
-    d, n = SHAPES[shape]
-    torch.manual_seed(0)
-    model = SSMLanguageModel(ModelConfig(d_model=d, n_layer=n, vocab_size=50277, pad_vocab_size_multiple=16,
-                                         ssm_cfg=dict(layer="Mamba2"))).to(device=device, dtype=dtype).eval()
     g = torch.Generator().manual_seed(1)
     ctx = [torch.randint(0, 50277, (60 + 20 * i,), generator=g).tolist() for i in range(rows)]
     return model, torch.randint(0, 50277, (16,), generator=g).tolist(), model.encode_contexts(ctx)
+
+
+def _proc_kib(field: str) -> int:
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field + ":"))
+
+
+def peak_child(path: str) -> None:
+    """In a fresh process: the model and the saved states, then the resident-memory high-water mark
+    during one generate_batch (Linux: VmHWM, reset through /proc/self/clear_refs just before)."""
+    job = torch.load(path, weights_only=False)
+    torch.set_num_threads(job["threads"])
+    model = make_model(job["shape"], "cpu", getattr(torch, job["dtype"]))
+    states = [s.to(model.device) for s in job["states"]]
+    rss0 = _proc_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:  # VmHWM := VmRSS
+        f.write("5")
+    model.generate_batch(job["prompt"], states, job["tokens"], stop_at_eos=False)
+    print(json.dumps({"rss_before_kib": rss0, "peak_kib": _proc_kib("VmHWM")}))
+
+
+def cpu_peaks(args, prompt, states, tokens: tuple[int, ...]) -> dict[int, dict]:
+    """`peak_child` for each token budget, each in its own fresh process (so no earlier section's
+    peak or cached allocation hides the decode's)."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in tokens:
+            path = str(Path(tmp) / "job.pt")
+            torch.save({"shape": args.shape, "dtype": args.dtype, "prompt": prompt, "tokens": n,
+                        "threads": torch.get_num_threads(), "states": [s.to("cpu") for s in states]}, path)
+            r = subprocess.run([sys.executable, __file__, "--peak-child", path], capture_output=True, text=True,
+                               check=True, env=os.environ | {"HF_HUB_OFFLINE": "1"})
+            out[n] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
 
 
 def timed(fn, device: str) -> float:
@@ -89,6 +138,18 @@ def scan_generate(model, prompt, state, n: int, eos: int | None = None) -> list[
     return out
 
 
+def unblocked(fn):
+    """fn with scan.state_update's CPU path in one block per layer (as before blocking: scale,
+    accumulate and C h each a pass over the whole layer's batched state)."""
+    def run():
+        before, scan.STATE_BLOCK_BYTES = scan.STATE_BLOCK_BYTES, 1 << 62
+        try:
+            return fn()
+        finally:
+            scan.STATE_BLOCK_BYTES = before
+    return run
+
+
 def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
 
@@ -106,16 +167,25 @@ def click(model, args) -> None:
     store = model.encode_contexts(ctx)
     q, c = tok.encode(s.query), tok.encode(s.continuation)
 
-    def before():  # run_methods with the engine's generation as it was: one method at a time, scan/token
-        model.generate_batch = lambda p, states, max_new_tokens, **kw: [
-            scan_generate(model, p, st, max_new_tokens, tok.eos_id) for st in states]
+    def before():  # run_methods as before issue 21: a scoring forward, then one method at a time, scan/token
+        import picaso_core.decode as decode
+
+        def old_score_and_generate(model, p, cont, states, max_new_tokens, timings=None, **kw):
+            t0 = time.perf_counter()
+            losses = model.continuation_losses(p, cont, states)
+            t1 = time.perf_counter()
+            gens = [scan_generate(model, p, st, max_new_tokens, tok.eos_id) for st in states]
+            timings.update(score_s=t1 - t0, generate_s=time.perf_counter() - t1)
+            return losses, gens
+
+        now, decode.score_and_generate = decode.score_and_generate, old_score_and_generate
         try:
             return run_methods(model, q, c, ctx, store, generate_tokens=args.tokens)
         finally:
-            del model.generate_batch  # the method again
+            decode.score_and_generate = now  # what run_methods calls (it imports it per call)
 
-    fns = {"before: 7 x scan/token generate": before,
-           "now: generate_batch": lambda: run_methods(model, q, c, ctx, store,
+    fns = {"before: scoring, then 7 x scan/token generate": before,
+           "now: score_and_generate, batched": lambda: run_methods(model, q, c, ctx, store,
                                                                         generate_tokens=args.tokens)}
     ts = {k: [] for k in fns}
     for _ in range(args.repeats + 1):
@@ -141,8 +211,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="steps timed per prompt length")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--peak-child", help=argparse.SUPPRESS)  # internal: one fresh process of cpu_peaks
     add_limit_flags(ap)
     args = ap.parse_args()
+    if args.peak_child:
+        return peak_child(args.peak_child)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA device is visible")
     if args.threads:
@@ -160,9 +233,11 @@ def main() -> None:
     fns = {
         "scan/token, sequential": lambda: [scan_generate(model, prompt, s, n) for s in states],
         "generate, sequential": lambda: [model.generate(prompt, s, n, temperature=0, stop_at_eos=False) for s in states],
+        "generate_batch, unblocked state update": unblocked(lambda: model.generate_batch(prompt, states, n, stop_at_eos=False)),
         "generate_batch": lambda: model.generate_batch(prompt, states, n, stop_at_eos=False),
     }
-    same = fns["generate_batch"]() == fns["generate, sequential"]() == fns["scan/token, sequential"]()
+    outs = [fn() for fn in fns.values()]
+    same = all(o == outs[0] for o in outs)
     times = {k: [] for k in fns}
     for _ in range(args.repeats):
         for k, fn in fns.items():
@@ -181,7 +256,7 @@ def main() -> None:
     for L in [int(x) for x in args.lengths.split(",")]:
         batch = ContextState.stack([model.encode_context(
             torch.randint(0, model.config.vocab_size, (L,), generator=g))] * args.rows)
-        bufs = [t.clone() for t in (batch.ssm, batch.conv, batch.log_decay)]
+        bufs = list(layer_major(batch))  # copies, in the decode's layout
         ids = torch.randint(0, model.config.vocab_size, (args.rows,), generator=g).to(model.device)
         runs[L] = {"step": lambda ids=ids, bufs=bufs: model._step_(ids, *bufs),
                    "scan": lambda ids=ids, batch=batch: model.hidden_states(ids[:, None], batch)}
@@ -216,6 +291,18 @@ def main() -> None:
     print(f"\n## memory\n\nweights {weight_bytes(model) / 2**20:.1f} MiB; decode buffers, allocated once: state "
           f"{state_b / 2**20:.2f} MiB ({b} rows), token table {b * n * 8} B; per-step activations about "
           f"{act / 2**20:.2f} MiB, the same at every step (nothing grows with the tokens).")
+    if args.device == "cpu":
+        budgets = (n, 4 * n)
+        peaks = cpu_peaks(args, prompt, states, budgets)
+        print("measured CPU peak (resident memory, a fresh process per budget: the model and the states "
+              "loaded, then one generate_batch; Linux VmHWM):\n\n"
+              "| new tokens | resident before | peak during generate_batch | peak above before |\n|---|---|---|---|")
+        for k, p in peaks.items():
+            print(f"| {k} | {p['rss_before_kib'] / 1024:.1f} MiB | {p['peak_kib'] / 1024:.1f} MiB | "
+                  f"{(p['peak_kib'] - p['rss_before_kib']) / 1024:.1f} MiB |")
+        a, b = (peaks[k]["peak_kib"] - peaks[k]["rss_before_kib"] for k in budgets)
+        print(f"\npeak above before, {budgets[1]} vs {budgets[0]} tokens: {b / 1024:.1f} vs {a / 1024:.1f} MiB "
+              f"({(b - a) / 1024:+.1f} MiB)")
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import secrets
 import time
 from typing import Callable, Sequence
 
@@ -143,8 +144,10 @@ def _decode(model, st: ContextState, logits: Tensor, max_new_tokens: int, temper
     logits = logits[:, :V]
     step = _stepper(model, st)
     del st
-    base = seed if seed is not None else torch.seed()
-    gens = [torch.Generator(device=model.device).manual_seed(base) for _ in range(b)] if temperature > 0 else []
+    gens = []
+    if temperature > 0:  # greedy draws nothing; a seed drawn here must not reseed torch's global RNG
+        base = seed if seed is not None else secrets.randbits(63)
+        gens = [torch.Generator(device=model.device).manual_seed(base) for _ in range(b)]
     eos = getattr(model.tokenizer, "eos_id", None) if stop_at_eos else None
     max_new_tokens = int(max_new_tokens)
     out = torch.empty(b, max_new_tokens, dtype=torch.long, device=model.device)

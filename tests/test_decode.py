@@ -174,3 +174,99 @@ def test_score_and_generate_reads_the_query_once_for_both(family):
         kw = dict(prompt_ids=query, continuation_ids=cont, states=states, max_new_tokens=4) | bad
         with pytest.raises(ValueError):
             score_and_generate(m, **kw)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("shape", ["mamba2", "mamba2_groups", "mamba1"])
+def test_state_update_in_blocks_equals_its_reference(shape, dtype, tol, monkeypatch):
+    """scan.state_update's CPU path (blocks of heads / rows kept in cache) equals state_update_ref,
+    with blocks of one head, of a few heads that straddle rows, and of the whole batch."""
+    from picaso_core import scan
+
+    g = torch.Generator().manual_seed(3)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=dtype)  # noqa: E731
+    b, N = 3, 8
+    if shape == "mamba1":
+        E = 6
+        h, x, dt, A, B, C = r(b, E, N), r(b, E), r(b, E).abs(), -r(E, N).abs(), r(b, N), r(b, N)
+        one = E * N * h.element_size()  # a row
+    else:
+        H, P, G = 6, 5, (3 if shape == "mamba2_groups" else 1)
+        h, x, dt, A, B, C = r(b, H, P, N), r(b, H, P), r(b, H).abs(), -r(H).abs(), r(b, G, N), r(b, G, N)
+        one = P * N * h.element_size()  # a head
+    y_ref, h_ref = scan.state_update_ref(h, x, dt, A, B, C)
+    for blocks in (1, 4, 10 ** 6):  # one unit per block, 4 (not a divisor of the rows), everything
+        monkeypatch.setattr(scan, "STATE_BLOCK_BYTES", blocks * one)
+        hh = h.clone()
+        y = scan.state_update(hh, x, dt, A, B, C)
+        assert y.dtype == dtype and y.shape == y_ref.shape
+        assert _rel(y, y_ref) < tol and _rel(hh, h_ref) < tol, blocks
+    assert not torch.equal(h_ref, h)  # the update does something: the reference is not the input
+    apart = torch.stack([h, h], 1)[:, 0]  # rows not adjacent (a layer of a batch-major state)
+    assert not apart.is_contiguous()
+    y = scan.state_update(apart, x, dt, A, B, C)
+    assert _rel(y, y_ref) < tol and _rel(apart, h_ref) < tol
+
+
+def test_greedy_generate_batch_leaves_torchs_global_rng_alone(family):
+    """Greedy decoding draws no random numbers, so it must not reseed the process-wide generator
+    (the attribution answer and the soup mix run with seed=None); sampling with seed=None still
+    draws a fresh seed, from outside torch's global generator."""
+    m = tiny_model(family)
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    m.generate_batch([1, 2, 3], [None, None], max_new_tokens=4)
+    assert torch.equal(torch.rand(4), expected)
+    torch.manual_seed(123)
+    m.generate_batch([1, 2, 3], [None], max_new_tokens=4, temperature=1.0)
+    assert torch.equal(torch.rand(4), expected)
+
+
+def test_compose_click_uses_the_fewest_forwards(demo):
+    """run_methods with 7 methods: the query and the continuation are each ONE 7-row forward, and
+    generation is 7-row steps (one per token after the first); no per-method generate. A return to
+    per-method generation or scoring makes more, or 1-row, forwards."""
+    from picaso_core.evaluate import METHODS, run_methods
+
+    assert len(METHODS) == 7
+    model = load_model("demo")  # a fresh instance: the spies are set on it
+    _, s = demo
+    tok = model.tokenizer
+    ctx = [tok.encode(t + "\n\n") for _, t in s.contexts[-5:]]
+    store = model.encode_contexts(ctx)
+    q, c = tok.encode(s.query), tok.encode(s.continuation)
+    forwards, steps, gens = [], [], []
+    hs, st_ = model.hidden_states, model._step_
+
+    def spy_forward(ids, state=None, lengths=None):
+        forwards.append(tuple(ids.shape))
+        return hs(ids, state, lengths)
+
+    def spy_step(ids, *bufs):
+        steps.append(ids.shape[0])
+        return st_(ids, *bufs)
+
+    model.hidden_states, model._step_ = spy_forward, spy_step
+    model.generate = lambda *a, **k: gens.append(1)
+    res = run_methods(model, q, c, ctx, store, generate_tokens=24)
+    lengths = [len(r.generation) for r in res]
+    assert len(res) == 7 and not gens
+    assert [f for f in forwards if f[0] == 7] == [(7, len(q)), (7, len(c))]  # query once, continuation once
+    assert len(forwards) == 4, forwards  # + Concat's one forward and PICConcat-R's one batch of rotations
+    assert steps == [7] * min(23, max(lengths)), (steps, lengths)
+    assert max(lengths) == 24  # the run made all its tokens: the count above is the full 23
+
+
+def test_two_task_mix_generates_in_one_batch(tiny_model_dir, monkeypatch):
+    """soup.two_task_mix generates for all its weights in ONE generate_batch call (the attribution
+    answer's single call: tests/test_attribution_app.py)."""
+    from picaso_core import soup
+
+    model = load_model(str(tiny_model_dir))
+    calls = []
+    real = model.generate_batch
+    monkeypatch.setattr(model, "generate_batch", lambda p, states, *a, **k: calls.append(len(states)) or real(p, states, *a, **k))
+    a, b = (model.encode_context(_ids(n, seed=n)) for n in (6, 9))
+    rows = soup.two_task_mix(model, a, b, "one →", ["two"], ws=[0.0, 0.25, 0.5, 1.0], max_new_tokens=3)
+    assert len(rows) == 4 and calls == [4]
