@@ -2,23 +2,34 @@
 right: BP2C trains faster because nothing is back-propagated through the contexts' encoding).
 
     python bench/finetune_speed.py                  # the bundled demo model, CPU
+    python bench/finetune_speed.py --json assets/demo_model_bptc/speed.json   # also for the model card
     python bench/finetune_speed.py --device cuda    # on a GPU (also reports peak CUDA memory)
 
 Each repeat runs one optimizer step of each objective on the SAME micro-batch (held-out demo
 retrieval samples with their top-k MiniLM chunks, the fine-tuning shape), alternating the order,
-so load from other processes hits both alike; the ratio of medians is the figure to quote. Memory
-is the bytes autograd keeps for backward (unique storages saved by the forward, via
-saved_tensors_hooks: what grows with the contexts in BPTC and not in BP2C), plus
-torch.cuda.max_memory_allocated on a GPU.
+so load from other processes hits both alike; the ratio of medians is the figure to quote. Memory,
+three ways:
+  saved MiB      bytes autograd keeps for backward (unique storages saved by the forward, via
+                 saved_tensors_hooks: what grows with the contexts in BPTC and not in BP2C);
+  peak RSS       a FRESH process per objective and k (this file with --child) loads the model and
+                 the micro-batch, then runs one optimizer step: its getrusage(RUSAGE_SELF).ru_maxrss
+                 (the real peak resident memory, CPU), and 'step' = that peak minus the process's
+                 peak before the step (the setup's high-water mark; memory the allocator freed during
+                 setup and reuses in the step is not counted, so 'step' is a lower bound);
+  peak CUDA      torch.cuda.max_memory_allocated, on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +72,36 @@ def one_step(model, objective, opt, batch, device) -> tuple[float, int | None]:
     return time.perf_counter() - t0, peak
 
 
+def _maxrss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def child(args) -> None:
+    """One fresh process, one objective: peak RSS before and after one optimizer step (printed as JSON)."""
+    batch = [tuple(x) for x in json.loads(Path(args.child).read_text())]
+    model = load_model(args.model).train()
+    objective = FT.CompositionObjective(model, args.objective)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    before = _maxrss_mib()
+    one_step(model, objective, opt, batch, torch.device("cpu"))
+    print(json.dumps({"before_mib": before, "peak_mib": _maxrss_mib()}))
+
+
+def peak_rss(args, batch, objective: str) -> dict:
+    """Run `child` in a fresh interpreter for `objective` on `batch`; its {before_mib, peak_mib}."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(batch, f)
+    try:
+        # Through `sh`, which forks the child itself: Linux carries the forking process's peak RSS across
+        # execve into ru_maxrss, so a child forked from this (large) process would report at least ours.
+        cmd = ["sh", "-c", '"$@"; exit $?', "sh", sys.executable, __file__, "--child", f.name, "--objective", objective,
+               "--model", args.model, "--threads", str(torch.get_num_threads())]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(f.name)
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="demo")
@@ -69,14 +110,20 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=6, help="composition examples per step")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--json", default=None, help="also write the table to this JSON file (the model card quotes it)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # internal: a micro-batch file, see child()
+    ap.add_argument("--objective", default=None, choices=FT.OBJECTIVES, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.child:
+        return child(args)
     from picaso_core.data import DEMO_DATA_DIR, load_corpus
     from picaso_core.rankers import EmbeddingRanker
     from picaso_core.retrieval import Retriever, SentenceEmbedder
 
     device = torch.device(args.device)
+    cuda, cpu = device.type == "cuda", device.type == "cpu"
     base = load_model(args.model, device=device)
     corpus = load_corpus("demo", "test")
     retriever = Retriever.cached(corpus.database, SentenceEmbedder(), None,
@@ -84,11 +131,16 @@ def main(argv=None) -> None:
     ks = [int(k) for k in args.ks.split(",")]
     examples = FT.build_examples(base.tokenizer, corpus.samples[:args.batch], EmbeddingRanker(retriever), corpus.database,
                                  max(ks))
+    load_avg = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{args.model} on {device}, {torch.get_num_threads()} threads, {args.batch} examples per step, "
-          f"median of {args.repeats} steps per objective and k (objectives alternate)")
+          f"median of {args.repeats} steps per objective and k (objectives alternate); load average {load_avg} "
+          f"on {os.cpu_count()} cores")
     print("| k | context tokens / step | BPTC s / step | BP2C s / step | BPTC / BP2C time | BPTC saved MiB | "
-          "BP2C saved MiB | memory ratio |" + (" BPTC peak CUDA MiB | BP2C peak CUDA MiB |" if device.type == "cuda" else ""))
-    print("|---" * (8 + (2 if device.type == "cuda" else 0)) + "|")
+          "BP2C saved MiB | saved ratio |"
+          + (" BPTC peak RSS MiB (step) | BP2C peak RSS MiB (step) | peak RSS ratio | step ratio |" if cpu else "")
+          + (" BPTC peak CUDA MiB | BP2C peak CUDA MiB |" if cuda else ""))
+    print("|---" * (8 + 4 * cpu + 2 * cuda) + "|")
+    rows = []
     for k in ks:
         batch = [(e.query, e.continuation, e.contexts[:k][::-1]) for e in examples]
         tokens = sum(len(c) for _, _, ctx in batch for c in ctx)
@@ -105,13 +157,29 @@ def main(argv=None) -> None:
                 if r:
                     times[obj].append(s)
                     peaks[obj] = max(peaks[obj], peak or 0)
-        mem = {o: saved_bytes(runs[o][1], batch) for o in FT.OBJECTIVES}
+        mem = {o: saved_bytes(runs[o][1], batch) / 2**20 for o in FT.OBJECTIVES}
+        del runs
         t = {o: statistics.median(v) for o, v in times.items()}
+        out = {"k": k, "tokens": tokens, "s_per_step": t, "saved_mib": mem}
         row = (f"| {k} | {tokens} | {t['bptc']:.3f} | {t['bp2c']:.3f} | {t['bptc'] / t['bp2c']:.2f}x | "
-               f"{mem['bptc'] / 2**20:.1f} | {mem['bp2c'] / 2**20:.1f} | {mem['bptc'] / mem['bp2c']:.2f}x |")
-        if device.type == "cuda":
+               f"{mem['bptc']:.1f} | {mem['bp2c']:.1f} | {mem['bptc'] / mem['bp2c']:.2f}x |")
+        if cpu:  # one fresh process per objective, in alternating order per k
+            rss = {o: peak_rss(args, batch, o) for o in (FT.OBJECTIVES if k % 2 else FT.OBJECTIVES[::-1])}
+            out["peak_rss_mib"] = p = {o: v["peak_mib"] for o, v in rss.items()}
+            out["step_rss_mib"] = d = {o: v["peak_mib"] - v["before_mib"] for o, v in rss.items()}
+            row += (f" {p['bptc']:.0f} ({d['bptc']:.0f}) | {p['bp2c']:.0f} ({d['bp2c']:.0f}) | "
+                    f"{p['bptc'] / p['bp2c']:.2f}x | {d['bptc'] / max(d['bp2c'], 1e-9):.2f}x |")
+        if cuda:
+            out["peak_cuda_mib"] = {o: v / 2**20 for o, v in peaks.items()}
             row += f" {peaks['bptc'] / 2**20:.0f} | {peaks['bp2c'] / 2**20:.0f} |"
+        rows.append(out)
         print(row, flush=True)
+    if args.json:
+        cmd = "python bench/finetune_speed.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
+        Path(args.json).write_text(json.dumps(
+            {"command": cmd, "device": str(device), "threads": torch.get_num_threads(), "batch": args.batch,
+             "repeats": args.repeats, "load_avg": load_avg, "cpus": os.cpu_count(),
+             "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,22 @@ PAPER_TABLE1 = {  # PICASO table 1 (Mamba2-2.7B, MS MARCO validation): loss per 
     "BP2C-MSMARCO": {"none": 1.85, "concat": 0.68, "soup": 1.27, "caso": 0.72, "picaso_r": 0.69, "picaso_s": 0.69},
     "BPTC-MSMARCO": {"none": 1.79, "concat": 0.65, "soup": 1.20, "caso": 0.68, "picaso_r": 0.65, "picaso_s": 0.65},
 }
+PAPER_TABLE1_NOTE = ("Mamba2-2.7B, MS MARCO validation; rows 2-3 fine-tuned on WikiText, rows 4-5 on the MS MARCO "
+                     "training set (sec. 6.3.2)")
+PAPER_TABLE2 = {  # PICASO table 2 (app. B.4): length-normalized accuracy (%) and its standard error
+    "Base": {"HellaSwag": (66.6, 0.5), "PIQA": (76.3, 1.0), "ARC-E": (64.8, 1.0), "ARC-C": (36.3, 1.4),
+             "WinoGrande": (63.9, 1.4), "OpenbookQA": (38.8, 2.2)},
+    "BP2C-WikiText": {"HellaSwag": (66.7, 0.5), "PIQA": (76.3, 1.0), "ARC-E": (64.9, 1.0), "ARC-C": (37.5, 1.4),
+                      "WinoGrande": (63.6, 1.4), "OpenbookQA": (39.8, 2.2)},
+    "BPTC-WikiText": {"HellaSwag": (66.7, 0.5), "PIQA": (75.6, 1.0), "ARC-E": (64.9, 1.0), "ARC-C": (37.2, 1.4),
+                      "WinoGrande": (63.2, 1.4), "OpenbookQA": (40.2, 2.2)},
+}
+PAPER_FIG4 = ("Paper, fig. 4 and sec. 6.3.2 (Mamba2-2.7B, WikiText): fine-tuning with BPTC brings PICASO-R and "
+              "PICASO-S to about Concat's loss while keeping their speed; BP2C improves PICASO as well and trains much "
+              "faster, at a small loss trade-off against BPTC for the same number of iterations.")
+FIG4_MODELS = ("base", "bptc-retrieval", "bp2c-retrieval")  # the paper's fig. 4: base vs BPTC vs BP2C
+GAP_GOAL_PCT = 2.0  # issue #22: after BPTC, PICASO-R within 2% of Concat
+DEGRADE_LIMIT_PCT = 3.0  # issue #22: no general-ability figure may degrade by more than 3% (relative to the base)
 ROW_NAMES = {"base": "Base", "bp2c-retrieval": "BP2C-retrieval", "bptc-retrieval": "BPTC-retrieval",
              "bp2c-qa": "BP2C-QA", "bptc-qa": "BPTC-QA"}
 PAPER_ROW = {"base": "Base", "bp2c-retrieval": "BP2C-WikiText", "bptc-retrieval": "BPTC-WikiText",
@@ -220,26 +236,84 @@ def _f(x, spec=".3f") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def fig4_gaps(row: dict) -> dict[int, float]:
+    """k -> PICASO-R above Concat on one model's fig. 4 curve, % of Concat's loss."""
+    f = row["fig4"]
+    return {k: 100 * (r - c) / c for k, c, r in zip(f["ks"], f["loss"]["concat"], f["loss"]["picaso_r"])}
+
+
+def degradations(report: dict, limit: float = DEGRADE_LIMIT_PCT) -> list[dict]:
+    """Every general-ability figure of a run that is worse than the base's by more than `limit` % of the
+    base's (LM loss up, or a skill accuracy down at some k): {model, measure, k, pct, points}."""
+    ms = report["models"]
+    base = ms.get("base") or {}
+    out = []
+    for name, r in ms.items():
+        if name == "base":
+            continue
+        if base.get("lm_loss") and r.get("lm_loss") is not None:
+            pct = 100 * (r["lm_loss"] - base["lm_loss"]) / base["lm_loss"]
+            if pct > limit:
+                out.append({"model": name, "measure": "LM loss", "k": None, "pct": pct, "points": None})
+        for k, v in ((r.get("skills") or {}).get("vs_base") or {}).items():
+            pct = 100 * v["diff"] / v["base"] if v["base"] else 0.0
+            if pct < -limit:
+                out.append({"model": name, "measure": "skills", "k": int(k), "pct": pct, "points": 100 * v["diff"],
+                            "se": 100 * v["diff_se"], "p": v["p_sign"]})
+    return out
+
+
+def degradation_text(d: dict) -> str:
+    where = ROW_NAMES.get(d["model"], d["model"]) + (f" skills k = {d['k']}" if d["k"] is not None else " LM loss")
+    pts = "" if d["points"] is None else f", {d['points']:+.1f} ± {d['se']:.1f} points, sign test p = {d['p']:.2f}"
+    return f"{where} ({d['pct']:+.1f}% of the base's{pts})"
+
+
 def skill_cell(sk: dict, k: int, with_p: bool = True) -> str:
-    """A model's skill accuracy at k, with its paired difference from the base where it has one."""
+    """A model's skill accuracy at k, with its paired difference from the base where it has one; a drop of
+    more than DEGRADE_LIMIT_PCT % of the base's accuracy is flagged (⚠ and the relative drop)."""
     a = (sk.get("mean") or {}).get(str(k), (sk.get("mean") or {}).get(k))
     if a is None:
         return "not run"
     v = (sk.get("vs_base") or {}).get(str(k))
     p = f", p = {v['p_sign']:.2f}" if v and with_p else ""
-    return f"{100 * a:.0f}%" + ("" if not v else f" ({100 * v['diff']:+.1f} ± {100 * v['diff_se']:.1f}{p})")
+    rel = 100 * v["diff"] / v["base"] if v and v["base"] else 0.0
+    flag = f" ⚠ {rel:+.1f}%" if rel < -DEGRADE_LIMIT_PCT else ""
+    return f"{100 * a:.0f}%" + ("" if not v else f" ({100 * v['diff']:+.1f} ± {100 * v['diff_se']:.1f}{p})") + flag
+
+
+def _fig4_markdown(ms: dict, n: int) -> list[str]:
+    rows = [m for m in FIG4_MODELS if m in ms]
+    if not rows:
+        return []
+    ks = ms[rows[0]]["fig4"]["ks"]
+    lines = ["", f"### Fig. 4 analog: loss vs k, held-out retrieval split ({n} samples, MiniLM top-k, most relevant last)",
+             "", "Each cell: Concat / PICASO-R (PICASO-R above Concat, % of Concat's loss); k = 0 is the no-context loss. "
+             f"Gaps above the issue's {GAP_GOAL_PCT:g}% goal after fine-tuning are marked ⚠.", "",
+             "| model | " + " | ".join(f"k = {k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
+    for name in rows:
+        f, g = ms[name]["fig4"], fig4_gaps(ms[name])
+        cells = [f"{c:.3f} / {r:.3f} ({g[k]:+.1f}%)" + (" ⚠" if name != "base" and g[k] > GAP_GOAL_PCT else "")
+                 for k, c, r in zip(f["ks"], f["loss"]["concat"], f["loss"]["picaso_r"])]
+        lines.append(f"| {ROW_NAMES.get(name, name)} | " + " | ".join(cells) + " |")
+    return lines + ["", PAPER_FIG4]
 
 
 def report_markdown(report: dict) -> str:
-    """Table 1 (ours beside the paper's rows), the gap, table 2 analog, training cost."""
+    """Table 1 (ours, then the paper's), fig. 4 (loss vs k), the gap, table 2 analog with every figure beyond
+    the 3% limit flagged (then the paper's table 2), training cost."""
     ms = report["models"]
+    heads = [METHOD_NAMES[m] if m != "none" else "Naive" for m in TABLE1_METHODS]
     lines = [f"### Table 1 layout: held-out demo QA, all passages ({report['samples']} questions; loss, nats/token)",
-             "", "| model | " + " | ".join(METHOD_NAMES[m] if m != "none" else "Naive" for m in TABLE1_METHODS)
-             + " | paper row (Mamba2-2.7B, MS MARCO) |", "|---" * (len(TABLE1_METHODS) + 2) + "|"]
+             "", "| model | " + " | ".join(heads) + " | paper's analog |", "|---" * (len(TABLE1_METHODS) + 2) + "|"]
     for name, r in ms.items():
-        paper = PAPER_TABLE1[PAPER_ROW[name]]
         lines.append(f"| {ROW_NAMES.get(name, name)} | " + " | ".join(_f(r["table1"].get(m)) for m in TABLE1_METHODS)
-                     + f" | {PAPER_ROW[name]}: " + ", ".join(f"{paper[m]:.2f}" for m in TABLE1_METHODS) + " |")
+                     + f" | {PAPER_ROW.get(name, '–')} |")
+    lines += ["", f"Paper, table 1 ({PAPER_TABLE1_NOTE}):", "", "| row | paper model | " + " | ".join(heads) + " |",
+              "|---" * (len(TABLE1_METHODS) + 2) + "|"]
+    lines += [f"| {i} | Mamba2-2.7B {row} | " + " | ".join(f"{v[m]:.2f}" for m in TABLE1_METHODS) + " |"
+              for i, (row, v) in enumerate(PAPER_TABLE1.items(), 1)]
+    lines += _fig4_markdown(ms, report["samples"])
     lines += ["", f"### PICASO-R vs Concat, held-out retrieval split ({report['samples']} samples)", "",
               f"MiniLM top-{GAP_K} of the test database (the experiments protocol), and each sample's own 3-5 candidate "
               "contexts (gold + distractors; `evaluate_samples`).", "",
@@ -255,14 +329,25 @@ def report_markdown(report: dict) -> str:
     lines += ["", "### Table 2 analog: general ability (plain LM loss on 200 held-out passages; skill accuracy, "
               f"greedy exact match on {n_items or 'some'} held-out items per k, mean over tasks)", "",
               "A run's skill cell: accuracy (difference from the base in points ± its paired standard error; sign test "
-              "over the items only one model answers). Both models answer the same prompts.", "",
+              "over the items only one model answers). Both models answer the same prompts. ⚠: worse than the base by "
+              f"more than the issue's {DEGRADE_LIMIT_PCT:g}% (of the base's figure).", "",
               "| model | LM loss | vs base | " + " | ".join(f"skills k={k}" for k in SKILL_KS) + " |",
               "|---|---|---|" + "---|" * len(SKILL_KS)]
     for name, r in ms.items():
         d = None if not base.get("lm_loss") else 100 * (r["lm_loss"] - base["lm_loss"]) / base["lm_loss"]
         sk = r.get("skills") or {}
-        lines.append(f"| {ROW_NAMES.get(name, name)} | {_f(r['lm_loss'])} | {_f(d, '+.1f')}% | "
+        flag = " ⚠" if d is not None and d > DEGRADE_LIMIT_PCT else ""
+        lines.append(f"| {ROW_NAMES.get(name, name)} | {_f(r['lm_loss'])} | {_f(d, '+.1f')}%{flag} | "
                      + " | ".join(skill_cell(sk, k) for k in SKILL_KS) + " |")
+    over = degradations(report)
+    lines += ["", f"Beyond the {DEGRADE_LIMIT_PCT:g}% limit: " + ("; ".join(degradation_text(d) for d in over)
+                                                              if over else "none") + "."]
+    tasks = list(next(iter(PAPER_TABLE2.values())))
+    lines += ["", "Paper, table 2 (app. B.4; Mamba2-2.7B, length-normalized accuracy %, ± standard error): fine-tuning "
+              "for composition does not degrade general LLM benchmarks.", "",
+              "| paper model | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+    lines += [f"| {row} | " + " | ".join(f"{v[t][0]:.1f} ± {v[t][1]:.1f}" for t in tasks) + " |"
+              for row, v in PAPER_TABLE2.items()]
     if report.get("train"):
         lines += ["", "### Training (same steps for BPTC and BP2C of one data kind)", "",
                   "| run | steps | examples | s / step (wall, shared CPU) | loss, first 10 steps | loss, last 10 steps |",
@@ -275,11 +360,17 @@ def report_markdown(report: dict) -> str:
 
 def ship(run_dir: Path, dest: Path, report: dict, command: str) -> None:
     """Copy the fine-tuned model (bundled layout) and its evaluation to `dest`, with a model card."""
-    from picaso_core.finetune_card import model_card
-
     dest.mkdir(parents=True, exist_ok=True)
     for f in ("config.json", "model.safetensors", "tokenizer.json", "train_log.json"):
         shutil.copy2(Path(run_dir) / f, dest / f)
     slim = {k: v for k, v in report.items() if k != "markdown"}
     (dest / "finetune_eval.json").write_text(json.dumps(slim, indent=1))
-    (dest / "README.md").write_text(model_card(report, command))
+    write_card(dest, slim, command)
+
+
+def write_card(dest: Path, report: dict, command: str) -> None:
+    """(Re)write <dest>/README.md from `report` and, where bench/finetune_speed.py left one, <dest>/speed.json."""
+    from picaso_core.finetune_card import model_card
+
+    speed = json.loads((dest / "speed.json").read_text()) if (dest / "speed.json").is_file() else None
+    (dest / "README.md").write_text(model_card(report, command, speed))

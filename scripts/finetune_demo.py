@@ -4,6 +4,7 @@
     python scripts/finetune_demo.py --only train --objective bptc --data retrieval   # one run
     python scripts/finetune_demo.py --only eval      # evaluate the runs in --work, write the card
     python scripts/finetune_demo.py --steps 20 --work /tmp/ft --no-ship              # a quick try
+    python scripts/finetune_demo.py --only card      # rewrite the card from the shipped finetune_eval.json
 
 Runs (PICASO sec. 6.3.2, table 1 rows 2-5), each a folder under --work in the bundled layout:
     bptc-retrieval, bp2c-retrieval   retrieval data: a fresh train-split demo world of --samples
@@ -72,15 +73,23 @@ def examples_for(model, data: str, args):
     return ex
 
 
+def config_for(name: str, args) -> FT.FinetuneConfig:
+    """The run's config: --epochs decides its length (`FT.total_steps`) unless --steps / --qa-steps is given.
+    At the defaults one epoch is 150 steps of 900 retrieval examples and 34 of the 200 QA questions (6 composed
+    examples per step), the shipped runs' counts."""
+    objective, data = RUNS[name]
+    steps = args.steps if data == "retrieval" else args.qa_steps
+    return FT.FinetuneConfig(objective=objective, data=data, k_max=args.k_max, epochs=args.epochs, max_steps=steps,
+                             batch_size=args.batch, grad_accum=args.grad_accum, lm_share=args.lm_share, lr=args.lr,
+                             warmup=args.warmup, seed=args.seed, save_every=args.save_every)
+
+
 def run_one(name: str, args) -> dict:
     objective, data = RUNS[name]
     out = Path(args.work) / name
     model = load_model(args.base)
     examples = examples_for(model, data, args)
-    steps = args.steps if data == "retrieval" else args.qa_steps
-    cfg = FT.FinetuneConfig(objective=objective, data=data, k_max=args.k_max, max_steps=steps,
-                            batch_size=args.batch, grad_accum=args.grad_accum, lm_share=args.lm_share, lr=args.lr,
-                            warmup=args.warmup, seed=args.seed, save_every=args.save_every)
+    cfg = config_for(name, args)
     if (out / "train_log.json").is_file() and json.loads((out / "train_log.json").read_text()).get("done"):
         print(f"{name}: already trained in {out}")
         return json.loads((out / "train_log.json").read_text())
@@ -116,12 +125,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", default="demo", help="the model fine-tuned ('demo': the bundled one)")
     p.add_argument("--work", default="runs/finetune", help="run folders, data and evaluation records")
-    p.add_argument("--only", choices=("train", "eval", "all"), default="all")
+    p.add_argument("--only", choices=("train", "eval", "all", "card"), default="all",
+                   help="card: rewrite assets/demo_model_bptc/README.md from its finetune_eval.json (and speed.json)")
     p.add_argument("--objective", choices=FT.OBJECTIVES, default=None, help="with --only train: this objective only")
     p.add_argument("--data", choices=FT.DATA_KINDS, default=None, help="with --only train: this data kind only")
-    p.add_argument("--samples", type=int, default=900, help="retrieval training samples (one epoch = steps x 6)")
-    p.add_argument("--steps", type=int, default=150, help="optimizer steps of the retrieval runs (150 x 6 = one epoch of 900)")
-    p.add_argument("--qa-steps", type=int, default=34, help="optimizer steps of the QA runs (one epoch of 200)")
+    p.add_argument("--samples", type=int, default=900, help="retrieval training samples (one epoch: 150 steps of 6)")
+    p.add_argument("--epochs", type=float, default=1.0, help="passes over the training examples; sets the steps "
+                   "(sec. 6.1 trains one epoch)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps of the retrieval runs (default: --epochs "
+                   "decides; 150 at the defaults)")
+    p.add_argument("--qa-steps", type=int, default=None, help="optimizer steps of the QA runs (default: --epochs "
+                   "decides; 34 for the 200 train questions)")
     p.add_argument("--batch", type=int, default=12, help="documents per step: 6 composed examples + 6 LM documents")
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--lm-share", type=float, default=0.5, help="0.25 (2 of 8) lowered skill accuracy at k = 1, 4 "
@@ -143,6 +157,13 @@ def main(argv=None) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.only == "card":
+        from picaso_core import finetune_eval as FE
+
+        FE.write_card(SHIP_DIR, json.loads((SHIP_DIR / "finetune_eval.json").read_text()),
+                      "python scripts/finetune_demo.py" + training_flags(argv))
+        print(f"wrote {SHIP_DIR / 'README.md'}")
+        return
     if args.only in ("train", "all"):
         for name, (obj, data) in RUNS.items():
             if (args.objective in (None, obj)) and (args.data in (None, data)):

@@ -75,7 +75,8 @@ def intro(report: dict | None) -> str:
 def table1_frame(report: dict | None) -> pd.DataFrame:
     from picaso_core.finetune_eval import PAPER_ROW, PAPER_TABLE1, ROW_NAMES, TABLE1_METHODS
 
-    cols = ["Model", "Naive", "Concat", "Soup", "CASO", "PICASO-R", "PICASO-S", "Paper row (Mamba2-2.7B, MS MARCO)"]
+    cols = ["Model", "Naive", "Concat", "Soup", "CASO", "PICASO-R", "PICASO-S",
+            "Paper row (Mamba2-2.7B, MS MARCO; Naive ... PICASO-S)"]
     if not report:
         return pd.DataFrame(columns=cols)
     rows = []
@@ -83,8 +84,17 @@ def table1_frame(report: dict | None) -> pd.DataFrame:
         paper = PAPER_TABLE1[PAPER_ROW[name]]
         rows.append([ROW_NAMES.get(name, name), *[None if r["table1"].get(m) is None else round(r["table1"][m], 3)
                                                   for m in TABLE1_METHODS],
-                     f"{PAPER_ROW[name]}: Concat {paper['concat']:.2f}, PICASO-R {paper['picaso_r']:.2f}"])
+                     f"{PAPER_ROW[name]}: " + ", ".join(f"{paper[m]:.2f}" for m in TABLE1_METHODS)])
     return pd.DataFrame(rows, columns=cols)
+
+
+def paper_table2_frame() -> pd.DataFrame:
+    """The paper's table 2 (general LLM benchmarks before / after fine-tuning), beside our analog."""
+    from picaso_core.finetune_eval import PAPER_TABLE2
+
+    tasks = list(next(iter(PAPER_TABLE2.values())))
+    return pd.DataFrame([[f"Mamba2-2.7B {row}", *[f"{v[t][0]:.1f} ± {v[t][1]:.1f}" for t in tasks]]
+                         for row, v in PAPER_TABLE2.items()], columns=["Paper model", *tasks])
 
 
 def table2_frame(report: dict | None) -> pd.DataFrame:
@@ -282,7 +292,10 @@ def render(res: Resources) -> None:
     gr.Dataframe(table1_frame(report), label="Table 1 layout: held-out QA, all passages (loss, nats / token)",
                  interactive=False, elem_id="ft-table1")
     gr.Dataframe(table2_frame(report), label="Table 2 analog: general ability (skills on every held-out item; a "
-                 "run's: accuracy (vs base, points ± paired standard error))", interactive=False, elem_id="ft-table2")
+                 "run's: accuracy (vs base, points ± paired standard error); ⚠: worse than the base by more than "
+                 "3% of its accuracy)", interactive=False, elem_id="ft-table2")
+    gr.Dataframe(paper_table2_frame(), label="Paper, table 2: general LLM benchmarks, length-normalized accuracy % "
+                 "(Mamba2-2.7B fine-tuned on WikiText)", interactive=False, elem_id="ft-paper-table2")
     gr.Markdown(f"Regenerate the shipped fine-tune, its evaluation and model card: `{SHIPPED_COMMAND}`",
                 elem_classes="px-note")
 
