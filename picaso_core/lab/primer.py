@@ -375,13 +375,20 @@ class _PeakBytes(TorchDispatchMode):
         self.live -= n
         self._seen.discard(key)
 
+    @staticmethod
+    def _key(t: Tensor) -> tuple:
+        return str(t.device), t.untyped_storage().data_ptr()
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        # an output on an input's storage (in place: h.mul_, a KV-cache slice written; a view) is
+        # no new memory: the input's bytes were there before the op
+        held = {self._key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)}
         for t in tree_flatten(out)[0]:
             if isinstance(t, Tensor):
                 s = t.untyped_storage()
-                key = (str(t.device), s.data_ptr())
-                if s.nbytes() and key not in self._seen:
+                key = self._key(t)
+                if s.nbytes() and key not in self._seen and key not in held:
                     self._seen.add(key)
                     self.live += s.nbytes()
                     self.peak = max(self.peak, self.live)
