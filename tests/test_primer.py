@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from conftest import tiny_model
 from picaso_core.lab import primer as lab
+from picaso_core.scan import state_update
 
 TOL = {torch.float64: 1e-5, torch.float32: 1e-4}
 
@@ -100,16 +101,24 @@ def demo():
     return model, model.tokenizer.encode(text)
 
 
+MAX_M_TOKENS = 128  # the Primer tab's longest text for M (picaso_core.ui.primer_tab.MAX_M_TOKENS)
+
+
 def test_semiseparable_M_times_x_equals_the_demo_models_scan(demo):
-    model, ids = demo
-    for layer in (0, model.config.n_layer - 1):
-        for head in (0, 7, model.config.nheads - 1):
-            d = lab.semiseparable(model, ids, layer, head)
-            M = torch.tensor(d["M"])
-            assert M.shape == (len(ids), len(ids)) and torch.equal(M.triu(1), torch.zeros_like(M))  # causal
-            assert d["relative_error"] <= 1e-4, (layer, head, d["relative_error"])
-            L = torch.tensor(d["L"])
-            assert torch.allclose(L.diagonal(), torch.ones(len(ids))) and (L <= 1).all() and (L >= 0).all()
+    """One chunk (the short text, < chunk_size 64) and the tab's longest text, 128 tokens = two chunks:
+    there M x also checks the engine's pass of the state from one chunk to the next."""
+    model, short = demo
+    long = (short * (MAX_M_TOKENS // len(short) + 1))[:MAX_M_TOKENS]  # the sentence repeated, cut
+    assert len(short) < model.config.ssm_cfg.chunk_size < MAX_M_TOKENS == len(long)
+    for ids, layers in ((short, (0, model.config.n_layer - 1)), (long, range(model.config.n_layer))):
+        for layer in layers:
+            for head in (0, 7, model.config.nheads - 1):
+                d = lab.semiseparable(model, ids, layer, head)
+                M = torch.tensor(d["M"])
+                assert M.shape == (len(ids), len(ids)) and torch.equal(M.triu(1), torch.zeros_like(M))  # causal
+                assert d["relative_error"] <= 1e-4, (len(ids), layer, head, d["relative_error"])
+                L = torch.tensor(d["L"])
+                assert torch.allclose(L.diagonal(), torch.ones(len(ids))) and (L <= 1).all() and (L >= 0).all()
 
 
 def test_semiseparable_of_a_mamba1_model():
@@ -148,7 +157,14 @@ def test_toy_selective_is_static_at_zero_and_lets_large_inputs_in():
     assert abs(d["selective"]["y"][last + 5] - float(x[last])) < abs(d["static"]["y"][last + 5] - float(x[last]))
 
 
-def test_measure_complexity_series_and_slope_order():
+def test_measure_complexity_series_and_slope_order(monkeypatch):
+    steps = []
+
+    def engine_step(h, *args):  # the engine's own decode step, counted
+        steps.append(tuple(h.shape))
+        return state_update(h, *args)
+
+    monkeypatch.setattr(lab, "state_update", engine_step)
     r = lab.measure_complexity([128, 512, 2048], threads=1, heads=8, headdim=32, d_state=32)
     assert r["lengths"] == [128, 512, 2048]
     for key in ("seconds", "peak_bytes", "slopes"):
@@ -158,8 +174,35 @@ def test_measure_complexity_series_and_slope_order():
         assert all(b > 0 for b in r["peak_bytes"][name])
     s = r["slopes"]
     assert s["attention_prefill"] > s["ssm_scan"] > s["ssm_step"], s
+    # the SSM step timed is scan.state_update on Mamba2Mixer.step's state [b, H, P, N]
+    assert steps and set(steps) == {(1, 8, 32, 32)}
     assert len(set(r["peak_bytes"]["ssm_step"])) == 1  # the state does not grow with T
+    state = 8 * 32 * 32 * 4  # the float32 state, updated in place: held once, not counted again as new memory
+    assert state <= r["peak_bytes"]["ssm_step"][0] < 1.25 * state
     assert r["peak_bytes"]["attention_step"] == sorted(r["peak_bytes"]["attention_step"])  # the KV cache does
+
+
+def test_peak_bytes_counts_new_storage_only():
+    """On CPU: an in-place op, a view or a slice written on an existing tensor allocates nothing; a
+    new result counts its bytes, and the inputs are counted once."""
+    h = torch.zeros(1024)  # 4096 bytes
+    cpu = torch.device("cpu")
+    assert lab._peak_bytes(lambda: h.mul_(2), [h], cpu) == 4096
+    assert lab._peak_bytes(lambda: h[10:], [h], cpu) == 4096
+    assert lab._peak_bytes(lambda: h.__setitem__(slice(5, None), 1.0), [h], cpu) == 4096
+    assert lab._peak_bytes(lambda: h * 2, [h], cpu) == 2 * 4096
+    assert lab._peak_bytes(lambda: (h * 2) * 2, [h], cpu) == 3 * 4096  # two temporaries alive at once
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_measure_complexity_on_cuda():
+    """The CUDA path: a generator and synchronisation on the device, peak bytes from the allocator."""
+    r = lab.measure_complexity([128, 512], device="cuda")
+    assert r["device"].startswith("cuda") and r["lengths"] == [128, 512]
+    for name in lab.SERIES:
+        assert all(t > 0 for t in r["seconds"][name]) and all(b > 0 for b in r["peak_bytes"][name])
+    assert r["peak_bytes"]["attention_step"][1] > r["peak_bytes"]["attention_step"][0]  # the KV cache grows
+    assert r["peak_bytes"]["ssm_step"][0] == r["peak_bytes"]["ssm_step"][1]  # the state does not
 
 
 def test_bad_input_is_a_clear_value_error():

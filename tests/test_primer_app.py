@@ -45,6 +45,16 @@ def test_selective_and_complexity_handlers(res):  # noqa: F811
     assert calls[0] == 0 and calls[-1] == 1.0 and "slopes" in md
 
 
+def test_a_flat_slope_reads_about_zero():
+    """A constant time's slope scatters around 0 under load (-0.22, +0.03 seen for the SSM step): the
+    text says ≈ 0 below |0.3| and keeps the number; the other slopes stay as measured."""
+    md = primer_tab.slopes_md({"slopes": {"attention_prefill": 1.78, "ssm_scan": 1.04, "attention_step": 0.31,
+                                          "ssm_step": -0.22}})
+    assert "**1.78**" in md and "**1.04**" in md and "**0.31**" in md
+    assert "SSM decode step **≈ 0 (-0.22)**" in md
+    assert primer_tab.slope_text(0.29) == "≈ 0 (+0.29)" and primer_tab.slope_text(-0.3) == "-0.30"
+
+
 def test_shipped_measurement_is_shown_until_one_is_made(tmp_path):
     assert primer_tab.shipped_complexity(tmp_path / "missing.json") is None
     fig, table, md = primer_tab.shipped_complexity()  # assets/primer_complexity.json (bench/primer_complexity.py --ship)

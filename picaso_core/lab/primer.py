@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from picaso_core.scan import ssd_scan
+from picaso_core.scan import ssd_scan, state_update
 
 DEFAULT_TOL = 0.01  # "memory" = steps until an input's weight falls below 1% of what it was
 DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096)  # the tab's "measure on this machine" (< 20 s on 2 cores)
@@ -361,10 +361,10 @@ def semiseparable(model, ids: Sequence[int], layer: int, head: int) -> dict:
 # 5. Complexity, measured: attention vs SSM, prefill over T tokens and one decode step after T
 # --------------------------------------------------------------------------------------------
 class _PeakBytes(TorchDispatchMode):
-    """Peak bytes of tensor storage allocated inside the block, on any device. CPU has no
-    allocator statistics (torch.cuda.max_memory_allocated is CUDA only), so every op's output
-    storage is counted when it appears and uncounted when Python frees it. Kernel-internal scratch
-    that never becomes a tensor (a fused attention kernel's tiles) is not seen."""
+    """Peak bytes of tensor storage allocated inside the block, for CPU, which has no allocator
+    statistics (torch.cuda.max_memory_allocated is CUDA only; `_peak_bytes` uses it there): every
+    op's output storage is counted when it appears and uncounted when Python frees it.
+    Kernel-internal scratch that never becomes a tensor (a fused attention kernel's tiles) is not seen."""
 
     def __init__(self):
         super().__init__()
@@ -375,13 +375,20 @@ class _PeakBytes(TorchDispatchMode):
         self.live -= n
         self._seen.discard(key)
 
+    @staticmethod
+    def _key(t: Tensor) -> tuple:
+        return str(t.device), t.untyped_storage().data_ptr()
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        # an output on an input's storage (in place: h.mul_, a KV-cache slice written; a view) is
+        # no new memory: the input's bytes were there before the op
+        held = {self._key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)}
         for t in tree_flatten(out)[0]:
             if isinstance(t, Tensor):
                 s = t.untyped_storage()
-                key = (str(t.device), s.data_ptr())
-                if s.nbytes() and key not in self._seen:
+                key = self._key(t)
+                if s.nbytes() and key not in self._seen and key not in held:
                     self._seen.add(key)
                     self.live += s.nbytes()
                     self.peak = max(self.peak, self.live)
@@ -412,21 +419,24 @@ def _seconds(fn: Callable, device: torch.device, min_time: float, repeats: int =
     return min(best)
 
 
-def _peak_bytes(fn: Callable, inputs: Sequence[Tensor]) -> int:
-    """What the step holds: its inputs (activations, KV cache or state) plus the peak it allocates."""
+def _peak_bytes(fn: Callable, inputs: Sequence[Tensor], device: torch.device) -> int:
+    """What the step holds: its inputs (activations, KV cache or state) plus the peak it allocates.
+    On CUDA the caching allocator's own peak (torch.cuda.max_memory_allocated, reset first) above
+    what was allocated before the call: it also sees a fused kernel's scratch buffers, which the
+    dispatch-mode count used on CPU cannot."""
+    size = sum(t.nbytes for t in inputs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        out = fn()
+        torch.cuda.synchronize(device)
+        del out
+        return size + torch.cuda.max_memory_allocated(device) - before
     with _PeakBytes() as m:
         out = fn()
     del out
-    return sum(t.nbytes for t in inputs) + m.peak
-
-
-def ssm_step(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> tuple[Tensor, Tensor]:
-    """One recurrent decode step of one Mamba-2 SSM layer: h (H, P, N), x (H, P), dt (H,), A (H,),
-    B, C (N,) -> y (H, P), new h. A teaching measurement of the O(1) step (the work does not depend
-    on how many tokens came before), written here to isolate one layer's SSM update from the
-    projections, conv and norms a whole model's one-token step also runs."""
-    h = torch.exp(dt * A)[:, None, None] * h + (dt[:, None] * x)[..., None] * B
-    return h @ C, h
+    return size + m.peak
 
 
 def loglog_slope(lengths: Sequence[int], values: Sequence[float]) -> float:
@@ -452,7 +462,8 @@ def measure_complexity(lengths: Sequence[int] = DEFAULT_LENGTHS, device="cpu", *
         attention_prefill  causal scaled_dot_product_attention over T tokens (H heads of P, float32)
         ssm_scan           the engine's SSD scan over T tokens (picaso_core.scan.ssd_scan)
         attention_step     one new token attending to a KV cache of T tokens
-        ssm_step           one recurrent step of the state after T tokens (`ssm_step`)
+        ssm_step           one recurrent step of the state after T tokens (the engine's
+                           picaso_core.scan.state_update, as Mamba2Mixer.step runs it)
     at the same width (H x P channels; defaults: the demo model), and the log-log slopes of seconds
     ("slopes") and of bytes ("memory_slopes"). The slides expect 2, 1, 1, 0.
 
@@ -483,7 +494,8 @@ def _measure(lengths, device, H, P, N, chunk_size, min_time, progress) -> dict:
         B, C = rnd(1, T, 1, N), rnd(1, T, 1, N)
         cache_k, cache_v = rnd(1, H, T + 1, P), rnd(1, H, T + 1, P)  # T cached tokens + the new one
         q1, k1, v1 = rnd(1, H, 1, P), rnd(1, H, 1, P), rnd(1, H, 1, P)
-        h, x1, dt1, B1, C1 = rnd(H, P, N), rnd(H, P), F.softplus(rnd(H) - 3), rnd(N), rnd(N)
+        # Mamba2Mixer.step's shapes (b = 1, one group): h [1, H, P, N] updated in place, x [1, H, P], dt [1, H], B, C [1, 1, N]
+        h, x1, dt1, B1, C1 = rnd(1, H, P, N), rnd(1, H, P), F.softplus(rnd(1, H) - 3), rnd(1, 1, N), rnd(1, 1, N)
 
         def attention_step():
             cache_k[:, :, T:] = k1  # write the new token's key and value, then attend over all T + 1
@@ -494,13 +506,13 @@ def _measure(lengths, device, H, P, N, chunk_size, min_time, progress) -> dict:
             "attention_prefill": (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v)),
             "ssm_scan": (lambda: ssd_scan(x, dt, A, B, C, chunk_size)[0], (x, dt, A, B, C)),
             "attention_step": (attention_step, (cache_k, cache_v, q1, k1, v1)),
-            "ssm_step": (lambda: ssm_step(h, x1, dt1, A, B1, C1), (h, x1, dt1, A, B1, C1)),
+            "ssm_step": (lambda: state_update(h, x1, dt1, A, B1, C1), (h, x1, dt1, A, B1, C1)),
         }
         for j, (name, (fn, inputs)) in enumerate(cases.items()):
             if progress is not None:
                 progress(i * len(SERIES) + j, len(lengths) * len(SERIES), f"T = {T}: {name.replace('_', ' ')}")
             seconds[name].append(_seconds(fn, device, min_time))
-            peak[name].append(_peak_bytes(fn, inputs))
+            peak[name].append(_peak_bytes(fn, inputs, device))
     if progress is not None:
         progress(len(lengths) * len(SERIES), len(lengths) * len(SERIES), "done")
     return {"lengths": lengths, "seconds": seconds, "peak_bytes": peak,

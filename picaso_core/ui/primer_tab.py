@@ -194,11 +194,20 @@ def complexity_frame(r: dict) -> pd.DataFrame:
     return pd.DataFrame(rows + [slope])
 
 
+FLAT = 0.3  # |slope| below this reads "≈ 0": a flat series' fitted slope is timing noise around 0
+
+
+def slope_text(v: float) -> str:
+    """A measured slope for the text: "≈ 0" when |v| < FLAT (a constant time's slope scatters
+    around 0 under load, e.g. -0.22 or +0.03 for the SSM step), else two decimals."""
+    return f"≈ 0 ({v:+.2f})" if abs(v) < FLAT else f"{v:.2f}"
+
+
 def slopes_md(r: dict) -> str:
-    s = r["slopes"]
-    return (f"Measured slopes (seconds vs T, log-log): attention prefill **{s['attention_prefill']:.2f}**, SSM scan "
-            f"**{s['ssm_scan']:.2f}**, attention decode step **{s['attention_step']:.2f}**, SSM decode step "
-            f"**{s['ssm_step']:.2f}** (the slides: 2, 1, 1, 0). Small T is dominated by fixed per-call costs, "
+    s = {k: slope_text(v) for k, v in r["slopes"].items()}
+    return (f"Measured slopes (seconds vs T, log-log): attention prefill **{s['attention_prefill']}**, SSM scan "
+            f"**{s['ssm_scan']}**, attention decode step **{s['attention_step']}**, SSM decode step "
+            f"**{s['ssm_step']}** (the slides: 2, 1, 1, 0). Small T is dominated by fixed per-call costs, "
             "which pulls every slope down; longer T brings them closer.")
 
 
