@@ -55,7 +55,7 @@ PAPER_ROWS = [  # (table, setting, model, params, paper accuracy, key into the s
     ("1", "the same, COFFEE as the paper's eq. 7 (--variant minimal; its formula gives 512)", "COFFEE", 784, "0.99+",
      "t1_coffee_minimal"),
     ("1", "the same, until 0.995 on validation (no time cap)", "COFFEE", 784, "0.99+", "t1_coffee_099"),
-    ("1", "the same, S6 for COFFEE's steps to 0.99", "S6", 784, "0.68", "t1_s6_5400"),
+    ("1", "the same, S6 for 5,400 steps (COFFEE: 6,000 to 0.99)", "S6", 784, "0.68", "t1_s6_5400"),
     ("2", "n 1, D 9", "COFFEE", 99, "0.99+", "t2_coffee"),
     ("3", "noise 1 between trigger and target", "COFFEE", 784, "0.99+", "t3_noise1"),
     ("3", "noise 2 between trigger and target", "COFFEE", 784, "0.99+", "t3_noise2"),
