@@ -261,3 +261,47 @@ def test_app_and_experiments_take_a_prebuilt_store_url(model, tmp_path, monkeypa
     with pytest.raises(StoreError, match=r"holds 6 of the corpus's 11 contexts .* is read-only here; complete it "
                                          r"with `python -m picaso_core.store build"):
         open_or_build_store(model, dict(CONTEXTS), url, log=lambda m: None, remote_cache=tmp_path / "cache")
+
+
+def test_experiments_cli_checks_its_store_up_front(tiny_model_dir, tmp_path, monkeypatch):
+    """`python -m picaso_core.experiments --store`: a complete URL store runs; a partial one, a
+    mistyped folder or another model's store stop before any work, in one line naming the fix."""
+    from picaso_core import experiments
+    from picaso_core.data import load_corpus
+    from picaso_core.loading import load_model
+    from test_app import write_corpus
+    from test_retrieval import BagOfWords
+
+    monkeypatch.setattr("picaso_core.store.REMOTE_CACHE", tmp_path / "remote")  # URL stores' local copies
+    corpus = write_corpus(tmp_path / "facts.jsonl")
+    database = list(load_corpus(str(corpus), "test").database.items())
+    tiny = load_model(str(tiny_model_dir))
+    url = f"memory://stores/exp-{tmp_path.name}"
+    build_store(tiny, database, url, progress=False)
+
+    def run(store, out):
+        return experiments.main(["--model", str(tiny_model_dir), "--corpus", str(corpus), "--samples", "1",
+                                 "--ks", "0-1", "--out", str(tmp_path / out), "--long-ks", "none", "--retrievers",
+                                 "none", "--timing-tokens", "none", "--threads", "1", "--store", store],
+                                embedder=BagOfWords())
+
+    summary = run(url, "complete")
+    assert summary["main"]["ks"] == [0, 1]
+    assert len((tmp_path / "complete" / "records.jsonl").read_text().splitlines()) == 2 * len(experiments.METHODS)
+
+    partial = f"{url}-partial"
+    build_store(tiny, database[:5], partial, progress=False)
+    with pytest.raises(SystemExit, match=rf"^error: the store at {partial} holds 5 of the corpus's {len(database)} "
+                                         rf"contexts .* complete it with `python -m picaso_core.store build --model "
+                                         rf"{tiny_model_dir} --corpus {corpus} --split test --out {partial}`"):
+        run(partial, "partial")
+    assert not (tmp_path / "partial" / "records.jsonl").exists()  # stopped before the sweep
+    typo = tmp_path / "typo"
+    with pytest.raises(SystemExit, match=rf"^error: no state store at {typo}; build one with `python -m "
+                                         rf"picaso_core.store build .*--out {typo}`"):
+        run(str(typo), "typo-run")
+    assert not typo.exists() and not (tmp_path / "typo-run").exists()  # no empty store started
+    other = f"{url}-other"
+    build_store(tiny_model(seed=3), database, other, progress=False)
+    with pytest.raises(SystemExit, match=r"^error: the states in .* were built by .*not by the model given"):
+        run(other, "other")
