@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from picaso_core.store import CorruptShardError, StateStore, StoreError
-from picaso_core.store_build import build_store, main
+from picaso_core.store_build import ShardEncoder, build_store, main, write_index
 from test_store import CONTEXTS, tiny_model
 
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}  # ~4 ulps of each format's 11 / 8 mantissa bits
@@ -118,7 +118,7 @@ def shard_of(folder: Path, cid: str) -> dict:
     return meta["shards"][next(c["shard"] for c in meta["contexts"] if c["id"] == cid)]
 
 
-def test_missing_worker_shard_is_named_and_a_rerun_re_encodes_only_it(model, tmp_path):
+def test_missing_worker_shard_is_named_and_a_rerun_re_encodes_only_it(model, tmp_path, capsys):
     out = tmp_path / "s"
     assert build_store(model, CONTEXTS, out, shard_size=4, progress=False)["shards"] == 3
     gone = shard_of(out, "c5")
@@ -128,11 +128,43 @@ def test_missing_worker_shard_is_named_and_a_rerun_re_encodes_only_it(model, tmp
     with pytest.raises(CorruptShardError, match=f"{gone['file']}, written by worker local.*file missing"):
         store.get("c5")
     assert len(store.get_many([c for c in store.ids if c not in gone["ids"]])) == len(CONTEXTS) - len(gone["ids"])
+    capsys.readouterr()
     again = build_store(model, CONTEXTS, out, shard_size=4, progress=False)
     assert again["encoded"] == len(gone["ids"]) and again["skipped"] == len(CONTEXTS) - len(gone["ids"])
+    assert f"shard {gone['file']} (worker local) is missing or truncated at {out}; its {len(gone['ids'])} " \
+           "contexts are encoded again" in capsys.readouterr().err
     fresh = build_store(model, CONTEXTS, tmp_path / "fresh", shard_size=4, progress=False)
     assert fresh["encoded"] == len(CONTEXTS)
     assert_same_store(StateStore.open(out, model), StateStore.open(tmp_path / "fresh", model))
+
+
+def test_shards_of_two_workers_make_one_store_and_a_lost_one_names_its_worker(model, tmp_path, capsys):
+    """What the Ray engine does with 2 actors, without Ray's scheduling: each worker encodes half."""
+    out, half = tmp_path / "s", len(CONTEXTS) // 2
+    enc = dict(out=str(out), dtype="float32", suffix="\n\n", fingerprint=model.fingerprint())
+    out.mkdir()
+    records = [ShardEncoder(model, worker="w0", **enc).encode(*map(list, zip(*CONTEXTS[:half]))),
+               ShardEncoder(model, worker="w1", **enc).encode(*map(list, zip(*CONTEXTS[half:])))]
+    write_index(model, CONTEXTS, str(out), "float32", "\n\n", None, records)
+    meta = json.loads((out / "store.json").read_text())
+    assert [s["worker"] for s in meta["shards"]] == ["w0", "w1"] and all(s["file"].startswith(f"shard-{s['worker']}-")
+                                                                         for s in meta["shards"])
+    store = StateStore.open(out, model)
+    build_store(model, CONTEXTS, tmp_path / "local", progress=False)
+    assert_same_store(store, StateStore.open(tmp_path / "local", model))  # same ids in order, equal states
+
+    w1 = meta["shards"][1]
+    (out / w1["file"]).unlink()
+    store = StateStore.open(out, model)
+    assert store.check() == [w1["file"]]
+    with pytest.raises(CorruptShardError, match=f"{w1['file']}, written by worker w1 is corrupt \\(file missing\\)"):
+        store.get(CONTEXTS[-1][0])
+    assert len(store.get_many([c for c, _ in CONTEXTS[:half]])) == half  # w0's shard still reads
+    capsys.readouterr()
+    again = build_store(model, CONTEXTS, out, progress=False)
+    assert again["encoded"] == len(CONTEXTS) - half and again["skipped"] == half
+    assert f"shard {w1['file']} (worker w1) is missing or truncated" in capsys.readouterr().err
+    assert_same_store(StateStore.open(out, model), StateStore.open(tmp_path / "local", model))
 
 
 def test_shard_of_another_model_is_named(model, tmp_path):
