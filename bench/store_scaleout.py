@@ -2,7 +2,7 @@
 
     python bench/store_scaleout.py                      # all three parts, the demo model and corpus
     python bench/store_scaleout.py --parts speed --contexts 200
-    python bench/store_scaleout.py --parts dtype --samples 50
+    python bench/store_scaleout.py --parts dtype,sizing --samples 200 --threads 1
 
 1. speed: `build_store` of the same contexts into fresh folders with the local engine (this
    process, torch's threads) and the Ray engine (`--workers` actors of one CPU each on a local
@@ -12,7 +12,8 @@
 2. dtype: the demo store built in float32, float16 and bfloat16 (local engine): disk per dtype
    and encode time, then every method's mean continuation loss on the demo's held-out samples
    (all their contexts, states read from each store) and its relative change vs float32
-   (target: at most 0.5%).
+   (target: at most 0.5%); and the time to read every state of each store from a fresh open,
+   cold (page cache dropped) and warm: does half the bytes make loading twice as fast?
 3. sizing: disk and encode time of a store for the mamba2-130m / 370m / 2.7b shapes, computed from
    their configs (state bytes per dtype) and a throughput in tokens/s (--gpu-tokens-per-s, the
    2.7b figure measured on an H100 in bf16, scaled by parameter count for the smaller shapes:
@@ -95,7 +96,7 @@ def part_speed(model, contexts, workers: int, tmp: Path, local_threads: list[int
     return out
 
 
-def part_dtype(model, corpus, contexts, samples: int, tmp: Path) -> dict:
+def part_dtype(model, corpus, contexts, samples: int, tmp: Path, repeats: int = 3) -> dict:
     from picaso_core.evaluate import METHODS, METHOD_NAMES, run_methods
 
     stores, rows = {}, {}
@@ -111,8 +112,12 @@ def part_dtype(model, corpus, contexts, samples: int, tmp: Path) -> dict:
         secs = time.perf_counter() - t0
         stores[dtype] = StateStore.open(tmp / dtype, model)
         rows[dtype] = {"nbytes": stores[dtype].nbytes, "encode_s": secs, "contexts": len(contexts)}
+    read = read_times(model, tmp, repeats)
+    for dtype in DTYPES:
+        rows[dtype]["read_s"] = read[dtype]
     tok = model.tokenizer
     losses = {d: {m: [] for m in METHODS} for d in DTYPES}
+    t_loss = time.perf_counter()
     for s in chosen:
         ids = [cid for cid, _ in s.contexts]
         for dtype, store in stores.items():
@@ -128,7 +133,46 @@ def part_dtype(model, corpus, contexts, samples: int, tmp: Path) -> dict:
         # the largest change on any one sample, relative to that sample's float32 loss
         rows[dtype]["max_sample_rel_change"] = {
             m: max(abs(x - y) / y for x, y in zip(losses[dtype][m], losses["float32"][m])) for m in METHODS}
-    return {"samples": len(chosen), "names": METHOD_NAMES, "dtypes": rows}
+    return {"samples": len(chosen), "names": METHOD_NAMES, "dtypes": rows, "loss_s": time.perf_counter() - t_loss}
+
+
+def drop_page_cache(folder: Path) -> None:
+    """Evict the store's files from the OS page cache (posix_fadvise DONTNEED, no root needed):
+    the next read comes from the disk, as on a fresh node. Files are fsync'ed first, since only
+    clean pages can be dropped."""
+    for path in folder.iterdir():
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def read_times(model, tmp: Path, repeats: int) -> dict:
+    """Seconds to read every state of each dtype's store: a fresh `StateStore.open` with the LRU
+    cache off (cache_bytes=0), then `get_many(all ids)` (float32 states out, whatever is on disk).
+    cold: page cache dropped first, sha256 checked (the default open: what a fresh node pays);
+    cold_noverify: the same with verify=False; warm: files in the page cache, verify=False (just
+    safetensors' copy and the cast to float32). Dtypes alternate within each repeat; medians."""
+    import torch
+
+    kinds = {"cold": (True, True), "cold_noverify": (True, False), "warm": (False, False)}
+    times = {d: {k: [] for k in kinds} for d in DTYPES}
+    for r in range(repeats):
+        for kind, (cold, verify) in kinds.items():
+            order = list(DTYPES)[r % 3:] + list(DTYPES)[: r % 3]  # no dtype always first
+            for dtype in order:
+                if cold:
+                    drop_page_cache(tmp / dtype)
+                store = StateStore.open(tmp / dtype, model, cache_bytes=0, verify=verify)
+                t0 = time.perf_counter()
+                states = store.get_many(store.ids)
+                times[dtype][kind].append(time.perf_counter() - t0)
+                assert len(states) == len(store.ids) and states[0].ssm.dtype == torch.float32
+                del states, store
+    return {d: {k: statistics.median(v) for k, v in ts.items()} | {"all": ts} for d, ts in times.items()}
 
 
 def part_sizing(demo_cfg, demo_rows: dict | None, gpu_tps: float, n_contexts: list[int], tokens: int) -> list[dict]:
@@ -159,11 +203,17 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--local-threads", default="1,2", help="torch threads of the local builds (the first is compared)")
     p.add_argument("--samples", type=int, default=200, help="held-out samples for the loss per dtype")
+    p.add_argument("--read-repeats", type=int, default=3, help="timed reads of each store per kind (median)")
     p.add_argument("--gpu-tokens-per-s", type=float, default=27e3, help="mamba2-2.7b bf16 on an H100 (issue 26)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per context in the sizing table")
     p.add_argument("--device", default=None)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads outside the speed part (default: torch's; 1 is faster on busy shared cores)")
     args = p.parse_args()
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from picaso_core.data import load_corpus
     from picaso_core.loading import load_model
@@ -195,7 +245,7 @@ def main() -> None:
             print(f"\nRay runtime start {r['ray_init_s']:.1f} s (not counted); states local vs Ray: max |diff| "
                   f"{r['max_abs_diff']:.1e}")
         if "dtype" in parts:
-            r = result["dtype"] = part_dtype(model, corpus, contexts, args.samples, tmp / "dtype")
+            r = result["dtype"] = part_dtype(model, corpus, contexts, args.samples, tmp / "dtype", args.read_repeats)
             names = r["names"]
             print(f"\n## dtype: {r['dtypes']['float32']['contexts']} contexts; loss on {r['samples']} held-out samples, all their contexts\n")
             print("| dtype | disk | vs float32 | encode + write (s) | "
@@ -207,6 +257,15 @@ def main() -> None:
                          for m in names]
                 print(f"| {dtype} | {row['nbytes'] / 2**20:.1f} MiB | {row['nbytes'] / f32:.3f} | {row['encode_s']:.1f} | "
                       + " | ".join(cells) + " |")
+            print(f"\n(loss pass: {r['loss_s']:.0f} s for the three dtypes)\n\nread every state, fresh open, "
+                  f"LRU cache off (median of {args.read_repeats}):\n")
+            print("| dtype | cold, sha256 checked | vs float32 | cold, no check | vs float32 | warm page cache, "
+                  "no check | vs float32 |\n|---|---|---|---|---|---|---|")
+            f32r = r["dtypes"]["float32"]["read_s"]
+            for dtype, row in r["dtypes"].items():
+                rs = row["read_s"]
+                print(f"| {dtype} | " + " | ".join(f"{rs[k]:.2f} s | {rs[k] / f32r[k]:.2f}"
+                                                  for k in ("cold", "cold_noverify", "warm")) + " |")
             worst = {d: max(abs(v) for v in row["rel_change"].values()) for d, row in r["dtypes"].items()}
             print("\nlargest |relative change| of a method's mean loss: "
                   + ", ".join(f"{d} {100 * w:.3f}%" for d, w in worst.items() if d != "float32"))

@@ -347,15 +347,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
-    """Run the CLI; returns the summary. `embedder`: the MiniLM stand-in (tests pass a tiny one)."""
+    """Run the CLI; returns the summary. `embedder`: the MiniLM stand-in (tests pass a tiny one).
+    A store that cannot serve the run (missing, partial at a URL, another model's, a corrupt shard)
+    exits with one line naming the fix, not a traceback."""
     args = parse_args(argv)
+    from picaso_core.store import StoreError
+
+    try:
+        return _run(args, argv, embedder)
+    except StoreError as e:
+        sys.exit(f"error: {e}")
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict:
     import torch
 
     from picaso_core.data import load_corpus
     from picaso_core.loading import load_model
     from picaso_core.retrieval import Retriever, SentenceEmbedder, embeddings_path
-    from picaso_core.store import StateStore, is_url
+    from picaso_core.store import StateStore, StoreError, check_serves, is_url
 
+    # the command that builds (or completes) the store this run reads
+    build_cmd = (f"python -m picaso_core.store build --model {args.model} --corpus {args.corpus} "
+                 f"--split {args.split} --out {args.store}")
+    if args.store and not is_url(args.store) and not (Path(args.store) / "store.json").exists():
+        # a typo must not start a new, empty store (the app refuses one too)
+        raise StoreError(f"no state store at {args.store}; build one with `{build_cmd}`, or leave out --store "
+                         "(and PICASO_STORE) to encode into the default cache as the run goes")
     if args.threads:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
@@ -400,8 +418,8 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     store_dir = args.store or default_store_dir(args.corpus, args.split, model.fingerprint(), args.database)
     store = StateStore.open(store_dir, model) if is_url(store_dir) or (Path(store_dir) / "store.json").exists() \
         else StateStore.build(model, [], store_dir, suffix=CONTEXT_SUFFIX, progress=False)
-    if store.suffix != CONTEXT_SUFFIX:
-        sys.exit(f"error: {store_dir} was built with suffix {store.suffix!r}; delete it or pass another --store")
+    # the app's check, before any sweep: a URL store (read-only) must hold every context retrieved from
+    check_serves(store, database, CONTEXT_SUFFIX, build_cmd)
     store_dir = store.folder  # a URL's local cache: embeddings and ranker caches are kept there
     source = ContextSource.from_store(store, database, progress=_tqdm("encoding contexts (database build)"))
 

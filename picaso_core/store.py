@@ -489,6 +489,35 @@ class StateStore:
         return f"StateStore({self.url!r}, {self.dtype}, {len(self)} contexts, {len(self._shards)} shards, {self.nbytes / 2**20:.1f} MiB)"
 
 
+def check_serves(store: StateStore, database: dict[str, str], suffix: str, build_cmd: str | None = None,
+                 or_else: str = "") -> None:
+    """Refuse, before any work, a store that cannot serve the contexts of `database` (id -> text):
+    another context suffix, a context whose text changed under its id, or, opened from a URL (so
+    read-only), one it lacks. The app (ui.resources.open_or_build_store) and the experiments CLI
+    both run this check.
+
+    build_cmd: the command the last error names to complete the store (default: the build with
+    --out only); or_else: an alternative appended to it (the app's ", or keep fewer contexts ...").
+    """
+    where = store.url
+    if store.suffix != suffix:
+        raise StoreError(f"{where} was built with context suffix {store.suffix!r}, not {suffix!r}; "
+                         "delete the folder to rebuild it, or pass another store")
+    changed = [cid for cid in store.ids if cid in database and database[cid] != store.text(cid)]
+    if changed:
+        raise StoreError(
+            f"the corpus changed: {len(changed)} contexts (e.g. {changed[0]!r}) have a new text under the same id; "
+            f"delete {where} to rebuild the store"
+        )
+    missing = [cid for cid in database if cid not in store]
+    if store.remote and missing:
+        build_cmd = build_cmd or f"python -m picaso_core.store build --out {where}"
+        raise StoreError(
+            f"the store at {where} holds {len(database) - len(missing)} of the corpus's {len(database)} contexts "
+            f"(e.g. {missing[0]!r} is missing) and is read-only here; complete it with `{build_cmd}` (it encodes "
+            f"only what is missing){or_else}")
+
+
 if __name__ == "__main__":  # python -m picaso_core.store build ...
     from picaso_core.store_build import main
 

@@ -226,7 +226,9 @@ def test_cli_on_3_samples_writes_the_four_files(tiny_model_dir, tmp_path, monkey
     out = tmp_path / "run"
     argv = ["--model", str(tiny_model_dir), "--corpus", str(corpus), "--samples", "3", "--ks", "0-2",
             "--out", str(out), "--long-ks", "5", "--long-samples", "2", "--retrievers", "minilm,bm25,random,mpnet",
-            "--ablation-samples", "2", "--timing-tokens", "16,64", "--store", str(tmp_path / "store"), "--threads", "1"]
+            "--ablation-samples", "2", "--timing-tokens", "16,64", "--threads", "1"]
+    monkeypatch.delenv("PICASO_STORE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the default store folder (an explicit --store must exist)
     summary = E.main(argv, embedder=BagOfWords())
     for name in ("records.jsonl", "summary.json", "report.html", "paper_vs_ours.md"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name

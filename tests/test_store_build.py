@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from picaso_core.store import CorruptShardError, StateStore, StoreError
-from picaso_core.store_build import build_store, main
+from picaso_core.store_build import ShardEncoder, build_store, main, write_index
 from test_store import CONTEXTS, tiny_model
 
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}  # ~4 ulps of each format's 11 / 8 mantissa bits
@@ -118,7 +118,7 @@ def shard_of(folder: Path, cid: str) -> dict:
     return meta["shards"][next(c["shard"] for c in meta["contexts"] if c["id"] == cid)]
 
 
-def test_missing_worker_shard_is_named_and_a_rerun_re_encodes_only_it(model, tmp_path):
+def test_missing_worker_shard_is_named_and_a_rerun_re_encodes_only_it(model, tmp_path, capsys):
     out = tmp_path / "s"
     assert build_store(model, CONTEXTS, out, shard_size=4, progress=False)["shards"] == 3
     gone = shard_of(out, "c5")
@@ -128,11 +128,43 @@ def test_missing_worker_shard_is_named_and_a_rerun_re_encodes_only_it(model, tmp
     with pytest.raises(CorruptShardError, match=f"{gone['file']}, written by worker local.*file missing"):
         store.get("c5")
     assert len(store.get_many([c for c in store.ids if c not in gone["ids"]])) == len(CONTEXTS) - len(gone["ids"])
+    capsys.readouterr()
     again = build_store(model, CONTEXTS, out, shard_size=4, progress=False)
     assert again["encoded"] == len(gone["ids"]) and again["skipped"] == len(CONTEXTS) - len(gone["ids"])
+    assert f"shard {gone['file']} (worker local) is missing or truncated at {out}; its {len(gone['ids'])} " \
+           "contexts are encoded again" in capsys.readouterr().err
     fresh = build_store(model, CONTEXTS, tmp_path / "fresh", shard_size=4, progress=False)
     assert fresh["encoded"] == len(CONTEXTS)
     assert_same_store(StateStore.open(out, model), StateStore.open(tmp_path / "fresh", model))
+
+
+def test_shards_of_two_workers_make_one_store_and_a_lost_one_names_its_worker(model, tmp_path, capsys):
+    """What the Ray engine does with 2 actors, without Ray's scheduling: each worker encodes half."""
+    out, half = tmp_path / "s", len(CONTEXTS) // 2
+    enc = dict(out=str(out), dtype="float32", suffix="\n\n", fingerprint=model.fingerprint())
+    out.mkdir()
+    records = [ShardEncoder(model, worker="w0", **enc).encode(*map(list, zip(*CONTEXTS[:half]))),
+               ShardEncoder(model, worker="w1", **enc).encode(*map(list, zip(*CONTEXTS[half:])))]
+    write_index(model, CONTEXTS, str(out), "float32", "\n\n", None, records)
+    meta = json.loads((out / "store.json").read_text())
+    assert [s["worker"] for s in meta["shards"]] == ["w0", "w1"] and all(s["file"].startswith(f"shard-{s['worker']}-")
+                                                                         for s in meta["shards"])
+    store = StateStore.open(out, model)
+    build_store(model, CONTEXTS, tmp_path / "local", progress=False)
+    assert_same_store(store, StateStore.open(tmp_path / "local", model))  # same ids in order, equal states
+
+    w1 = meta["shards"][1]
+    (out / w1["file"]).unlink()
+    store = StateStore.open(out, model)
+    assert store.check() == [w1["file"]]
+    with pytest.raises(CorruptShardError, match=f"{w1['file']}, written by worker w1 is corrupt \\(file missing\\)"):
+        store.get(CONTEXTS[-1][0])
+    assert len(store.get_many([c for c, _ in CONTEXTS[:half]])) == half  # w0's shard still reads
+    capsys.readouterr()
+    again = build_store(model, CONTEXTS, out, progress=False)
+    assert again["encoded"] == len(CONTEXTS) - half and again["skipped"] == half
+    assert f"shard {w1['file']} (worker w1) is missing or truncated" in capsys.readouterr().err
+    assert_same_store(StateStore.open(out, model), StateStore.open(tmp_path / "local", model))
 
 
 def test_shard_of_another_model_is_named(model, tmp_path):
@@ -261,3 +293,47 @@ def test_app_and_experiments_take_a_prebuilt_store_url(model, tmp_path, monkeypa
     with pytest.raises(StoreError, match=r"holds 6 of the corpus's 11 contexts .* is read-only here; complete it "
                                          r"with `python -m picaso_core.store build"):
         open_or_build_store(model, dict(CONTEXTS), url, log=lambda m: None, remote_cache=tmp_path / "cache")
+
+
+def test_experiments_cli_checks_its_store_up_front(tiny_model_dir, tmp_path, monkeypatch):
+    """`python -m picaso_core.experiments --store`: a complete URL store runs; a partial one, a
+    mistyped folder or another model's store stop before any work, in one line naming the fix."""
+    from picaso_core import experiments
+    from picaso_core.data import load_corpus
+    from picaso_core.loading import load_model
+    from test_app import write_corpus
+    from test_retrieval import BagOfWords
+
+    monkeypatch.setattr("picaso_core.store.REMOTE_CACHE", tmp_path / "remote")  # URL stores' local copies
+    corpus = write_corpus(tmp_path / "facts.jsonl")
+    database = list(load_corpus(str(corpus), "test").database.items())
+    tiny = load_model(str(tiny_model_dir))
+    url = f"memory://stores/exp-{tmp_path.name}"
+    build_store(tiny, database, url, progress=False)
+
+    def run(store, out):
+        return experiments.main(["--model", str(tiny_model_dir), "--corpus", str(corpus), "--samples", "1",
+                                 "--ks", "0-1", "--out", str(tmp_path / out), "--long-ks", "none", "--retrievers",
+                                 "none", "--timing-tokens", "none", "--threads", "1", "--store", store],
+                                embedder=BagOfWords())
+
+    summary = run(url, "complete")
+    assert summary["main"]["ks"] == [0, 1]
+    assert len((tmp_path / "complete" / "records.jsonl").read_text().splitlines()) == 2 * len(experiments.METHODS)
+
+    partial = f"{url}-partial"
+    build_store(tiny, database[:5], partial, progress=False)
+    with pytest.raises(SystemExit, match=rf"^error: the store at {partial} holds 5 of the corpus's {len(database)} "
+                                         rf"contexts .* complete it with `python -m picaso_core.store build --model "
+                                         rf"{tiny_model_dir} --corpus {corpus} --split test --out {partial}`"):
+        run(partial, "partial")
+    assert not (tmp_path / "partial" / "records.jsonl").exists()  # stopped before the sweep
+    typo = tmp_path / "typo"
+    with pytest.raises(SystemExit, match=rf"^error: no state store at {typo}; build one with `python -m "
+                                         rf"picaso_core.store build .*--out {typo}`"):
+        run(str(typo), "typo-run")
+    assert not typo.exists() and not (tmp_path / "typo-run").exists()  # no empty store started
+    other = f"{url}-other"
+    build_store(tiny_model(seed=3), database, other, progress=False)
+    with pytest.raises(SystemExit, match=r"^error: the states in .* were built by .*not by the model given"):
+        run(other, "other")

@@ -28,7 +28,7 @@ from typing import Callable
 
 from picaso_core.data import limit_corpus  # noqa: F401  (re-exported: callers import it from here too)
 from picaso_core.retrieval import Embedder, Retriever, SentenceEmbedder, embeddings_path
-from picaso_core.store import StateStore, StoreError, is_url, tqdm_progress
+from picaso_core.store import StateStore, StoreError, check_serves, is_url, tqdm_progress
 
 # Every context is tokenised as text + "\n\n": the separator the demo model saw between contexts
 # and before the query (data/demo_world.py CONTEXT_SEP), and a paragraph break for real models.
@@ -152,20 +152,8 @@ def open_or_build_store(model, database: dict[str, str], folder: Path | str, log
         store = StateStore.open(folder, model, cache_dir=remote_cache)
     else:
         store = StateStore.build(model, [], folder, suffix=CONTEXT_SUFFIX, progress=False)
-    if store.suffix != CONTEXT_SUFFIX:
-        raise StoreError(f"{folder} was built with context suffix {store.suffix!r}, not {CONTEXT_SUFFIX!r}; delete the folder to rebuild it")
-    changed = [cid for cid in store.ids if cid in database and database[cid] != store.text(cid)]
-    if changed:
-        raise StoreError(
-            f"the corpus changed: {len(changed)} contexts (e.g. {changed[0]!r}) have a new text under the same id; "
-            f"delete {folder} to rebuild the store"
-        )
+    check_serves(store, database, CONTEXT_SUFFIX, or_else=", or keep fewer contexts (--max-contexts)")
     new = [(cid, text) for cid, text in database.items() if cid not in store]
-    if store.remote and new:
-        raise StoreError(
-            f"the store at {folder} holds {len(database) - len(new)} of the corpus's {len(database)} contexts (e.g. "
-            f"{new[0][0]!r} is missing) and is read-only here; complete it with `python -m picaso_core.store build "
-            f"--out {folder}` (it encodes only what is missing), or keep fewer contexts (--max-contexts)")
     if encode_all and new:
         check_disk(model, len(new), folder)
         log(f"encoding {len(new)} contexts x {model.config.state_nbytes() / 2**20:.2f} MiB into the state store in {folder}")
