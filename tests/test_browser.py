@@ -75,6 +75,8 @@ def test_page_runs_a_query_and_shows_the_results_table(browser, app_url):  # noq
     wait = WebDriverWait(browser, 60)
     wait.until(EC.element_to_be_clickable((By.ID, "compose-run")))
     assert "PICASO Explorer" in browser.find_element(By.TAG_NAME, "h1").text
+    # the tab opens on an example (the page's load event fills it in): wait for it before picking another
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#compose-query textarea").get_attribute("value"))
     # pick a corpus example: it fills in the query and the continuation to score
     browser.find_element(By.CSS_SELECTOR, "#compose-example input").click()
     option = wait.until(EC.element_to_be_clickable(

@@ -52,6 +52,8 @@ def test_rejected_input_then_a_run_leaves_no_error_badge_or_toast(app_url):  # n
         d.get(app_url)
         wait = WebDriverWait(d, 90)
         wait.until(lambda d: d.find_elements(By.ID, "compose-run"))
+        # the tab opens on an example (the page's load event fills the query in): wait for it first
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#compose-query textarea").get_attribute("value"))
         table = d.find_element(By.ID, "compose-results")
         # a successful run first: its table is what a rejected input must leave alone
         _set_text(d, "#compose-query textarea", "Brandor was started by")
