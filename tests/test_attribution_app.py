@@ -111,6 +111,8 @@ def test_app_builds_and_attribute_takes_only_query_without_default(res):  # noqa
     assert [p["parameter_name"] for p in params if not p["parameter_has_default"]] == ["query"]
     assert {"answer", "k", "contexts", "methods"} <= {p["parameter_name"] for p in params}
     assert all(r["label"] for r in api["/attribute"]["returns"])  # every output named
+    # /generate_answer names its inputs as the other endpoints do (issue 27, point 10; were q, k, p)
+    assert [p["parameter_name"] for p in api["/generate_answer"]["parameters"]] == ["query", "k", "contexts"]
 
 
 def test_attribute_endpoint_through_gradio_client(app_url):  # noqa: F811
@@ -129,3 +131,18 @@ def test_attribute_endpoint_through_gradio_client(app_url):  # noqa: F811
     again = client.predict(query="Brandor was started by", answer=" Kel Thal.", k=2, methods=["soup"],
                            api_name="/attribute")  # still serving
     assert len(again[-1]["scores"]["soup"]) == 2
+
+
+def test_picconcat_is_skipped_with_a_line_above_its_context_limit(res):  # noqa: F811
+    """PICConcat-R-LOO re-reads n(n-1) concatenations (133 s of a 198 s request at the caps, issue
+    27): above PICCONCAT_MAX_CONTEXTS contexts it is left out and the summary says so in one line."""
+    n = attribution_tab.PICCONCAT_MAX_CONTEXTS + 1
+    assert len(res.database) >= n
+    data = attribution_tab.run_attribution(res, QUERY, ANSWER, k=n, methods=["picaso_r", "picconcat_r"])
+    assert list(data["scores"]) == ["picaso_r"] and len(data["contexts"]) == n
+    line = attribution_tab.summary_md(data).split("\n")[-1]
+    assert "PICConcat-R-LOO skipped" in line and f"at most {n - 1}" in line
+    with pytest.raises(gr.Error, match="PICConcat-R-LOO skipped"):  # nothing else to run: refused
+        attribution_tab.run_attribution(res, QUERY, ANSWER, k=n, methods=["picconcat_r"])
+    small = attribution_tab.run_attribution(res, QUERY, ANSWER, k=n - 1, methods=["picconcat_r"])
+    assert list(small["scores"]) == ["picconcat_r"] and not small["skipped"]

@@ -75,6 +75,8 @@ def test_page_runs_a_query_and_shows_the_results_table(browser, app_url):  # noq
     wait = WebDriverWait(browser, 60)
     wait.until(EC.element_to_be_clickable((By.ID, "compose-run")))
     assert "PICASO Explorer" in browser.find_element(By.TAG_NAME, "h1").text
+    # the tab opens on an example (the page's load event fills it in): wait for it before picking another
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#compose-query textarea").get_attribute("value"))
     # pick a corpus example: it fills in the query and the continuation to score
     browser.find_element(By.CSS_SELECTOR, "#compose-example input").click()
     option = wait.until(EC.element_to_be_clickable(
@@ -99,3 +101,26 @@ def test_page_runs_a_query_and_shows_the_results_table(browser, app_url):  # noq
     shot = os.environ.get("PICASO_SCREENSHOT", str(Path(tempfile.gettempdir()) / "picaso_browser.png"))
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(shot)
+    assert_fits_at_800px(browser, ["compose-plot"])
+
+
+def assert_fits_at_800px(driver, ids, timeout: float = 15):
+    """At 800 px wide, the plots `ids` (drawn by a run) are there and none of their titles, axis
+    titles or annotations is cut or under Gradio's label (plotly redraws after the resize)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        driver.set_window_size(800, 2000)
+        missing = [i for i in ids if not driver.find_elements("css selector", f"#{i} .js-plotly-plot .main-svg")]
+        assert not missing, f"no plot drawn in {missing}"
+        problems = []
+
+        def fits(d):
+            problems[:] = layout_problems(d, ids)
+            return not problems
+        try:
+            WebDriverWait(driver, timeout).until(fits)
+        except Exception:
+            raise AssertionError(f"at 800 px: {problems}") from None
+    finally:
+        driver.set_window_size(1400, 2000)

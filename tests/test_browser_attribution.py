@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
-from test_browser import browser  # noqa: F401  (headless Chromium)
+from test_browser import assert_fits_at_800px, browser  # noqa: F401  (headless Chromium)
 
 
 def test_attribution_tab_runs_and_draws_the_bar_chart(browser, app_url):  # noqa: F811
@@ -41,3 +41,7 @@ def test_attribution_tab_runs_and_draws_the_bar_chart(browser, app_url):  # noqa
     assert browser.find_elements(By.CSS_SELECTOR, ".px-gold")  # the gold context is marked
     shot = os.environ.get("PICASO_SCREENSHOT_ATTRIBUTION", str(Path(tempfile.gettempdir()) / "picaso_attribution.png"))
     browser.save_screenshot(shot)
+    # at 800 px the panel titles (time on a second line) stay whole and the two heatmaps stack
+    tokens = browser.find_element(By.ID, "attribution-tokens")
+    WebDriverWait(browser, 60).until(lambda d: tokens.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"))
+    assert_fits_at_800px(browser, ["attribution-bars", "attribution-heatmap", "attribution-tokens"])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 os.environ.setdefault("PICASO_WARM_UMAP", "0")
 
-from test_browser import app_url, browser  # noqa: E402,F401
+from test_browser import app_url, assert_fits_at_800px, browser  # noqa: E402,F401
 
 
 def test_soup_tab_draws_the_skill_map(browser, app_url):  # noqa: F811
@@ -58,6 +58,12 @@ def test_soup_tab_draws_the_skill_map(browser, app_url):  # noqa: F811
     browser.find_element(By.ID, "soup-place").click()
     WebDriverWait(browser, 120).until(lambda d: not d.find_elements(By.CSS_SELECTOR, ".toast-body")
                                       and "Your demonstration's state" in d.find_element(By.ID, "soup-summary").text)
+    # mix the two skills, then the map, the per-layer panel and the mixing plot fit at 800 px
+    two = browser.find_element(By.ID, "soup-two-run")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", two)
+    two.click()
+    WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#soup-two .js-plotly-plot .main-svg"))
+    assert_fits_at_800px(browser, ["soup-map", "soup-quality", "soup-two"])
 
 
 def _legend_inside(driver) -> bool:

@@ -52,46 +52,48 @@ def test_rejected_input_then_a_run_leaves_no_error_badge_or_toast(app_url):  # n
         d.get(app_url)
         wait = WebDriverWait(d, 90)
         wait.until(lambda d: d.find_elements(By.ID, "compose-run"))
+        # the tab opens on an example (the page's load event fills the query in): wait for it first
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#compose-query textarea").get_attribute("value"))
+        table = d.find_element(By.ID, "compose-results")
+        # a successful run first: its table is what a rejected input must leave alone
+        _set_text(d, "#compose-query textarea", "Brandor was started by")
+        d.find_element(By.ID, "compose-run").click()
+        wait.until(lambda d: "PICASO-R" in table.text)
+        first = table.text
         _set_text(d, "#compose-query textarea", "Velmora " * 600)  # 4,800 characters: over the cap
         d.find_element(By.ID, "compose-run").click()
         toast = wait.until(lambda d: _visible(d, "[data-testid=toast-body]"))
         assert "characters long" in toast[0].text
         time.sleep(1)
-        # the rejected input is said once, in its toast: no red badge over the outputs
+        # the rejected input is said once, in its toast: the last run's outputs stay, no red badge
         assert not _visible(d, "[data-testid=status-tracker] .error"), "error badge shown on an output"
+        assert table.text == first, "the rejected input changed the last run's table"
+        # the next run closes the toast at its click (gradio's own auto-close waits 10 s)
         _set_text(d, "#compose-query textarea", "Velmora")
         d.find_element(By.ID, "compose-run").click()
-        table = d.find_element(By.ID, "compose-results")
-        wait.until(lambda d: "PICASO-R" in table.text)
-        assert not _visible(d, "[data-testid=toast-body]"), "the rejected input's toast outlived the next run"
+        t0 = time.monotonic()
+        WebDriverWait(d, 2, poll_frequency=0.1).until(lambda d: not _visible(d, "[data-testid=toast-body]"),
+                                                    "the rejected input's toast outlived the next click")
+        assert time.monotonic() - t0 < 2
+        wait.until(lambda d: "PICASO-R" in table.text and table.text != first)
+        assert not _visible(d, "[data-testid=toast-body]"), "a toast came back with the next run"
         assert not _visible(d, "[data-testid=status-tracker] .error")
         d.save_screenshot(str(SHOTS / "picaso_talk_after_rejection.png"))
     finally:
         d.quit()
 
 
-CLIPPED_TITLES = """
-const out = [];
-for (const plot of document.querySelectorAll('.js-plotly-plot')) {
-  if (!plot.offsetParent) continue;  // on a hidden tab
-  const svg = plot.querySelector('svg.main-svg');
-  if (!svg) continue;
-  const box = svg.getBoundingClientRect();
-  for (const t of plot.querySelectorAll('.gtitle, .g-xtitle text, .g-ytitle text')) {
-    const r = t.getBoundingClientRect();
-    if (r.width === 0) continue;
-    if (r.left < box.left - 2 || r.right > box.right + 2 || r.top < box.top - 2)
-      out.push([plot.closest('[id]') ? plot.closest('[id]').id : '?', t.textContent.slice(0, 60),
-                Math.round(r.left - box.left), Math.round(box.right - r.right)]);
-  }
-}
-return out;
-"""
+# the tabs that draw plots when they open (no click): the sweep must have checked one on each
+DRAWN_ON_OPEN = ("Loss landscape", "Benchmarks", "Fine-tuning", "Primer", "COFFEE lab")
+PLOT_IDS = """return [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.offsetParent)
+  .map(p => p.closest('.block[id]')).filter(b => b).map(b => b.id);"""
 
 
 def test_every_tab_at_800px_keeps_its_plot_titles_inside_the_figures(app_url):  # noqa: F811
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
+
+    from test_browser import layout_problems
 
     d = _driver(800)
     try:
@@ -101,7 +103,8 @@ def test_every_tab_at_800px_keeps_its_plot_titles_inside_the_figures(app_url):  
         names = [b.get_attribute("textContent").strip()
                  for b in d.find_elements(By.CSS_SELECTOR, ".tab-wrapper .tab-container.visually-hidden button")]
         assert len(names) == 8, names
-        clipped = {}
+        assert set(DRAWN_ON_OPEN) <= set(names), names
+        clipped, checked = {}, {}
         for i, name in enumerate(names):
             shown = {b.text: b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text}
             if name in shown:
@@ -111,11 +114,16 @@ def test_every_tab_at_800px_keeps_its_plot_titles_inside_the_figures(app_url):  
                 menu = WebDriverWait(d, 10).until(lambda d: [b for b in d.find_elements(
                     By.CSS_SELECTOR, ".overflow-dropdown button") if b.text == name and b.is_displayed()])
                 menu[0].click()
-            time.sleep(4)  # plotly draws client-side after the tab shows
-            bad = d.execute_script(CLIPPED_TITLES)
+            if name in DRAWN_ON_OPEN:  # plotly draws client-side after the tab shows
+                WebDriverWait(d, 30).until(lambda d: d.execute_script(PLOT_IDS))
+            time.sleep(2)
+            ids = sorted(set(d.execute_script(PLOT_IDS)))
+            checked[name] = len(ids)
+            bad = layout_problems(d, ids)
             if bad:
                 clipped[name] = bad
             d.save_screenshot(str(SHOTS / f"picaso_talk_800_{i}.png"))
         assert not clipped, clipped
+        assert all(checked[n] for n in DRAWN_ON_OPEN), checked  # the check ran on every tab that draws
     finally:
         d.quit()

@@ -120,6 +120,18 @@ def test_empty_answers_to_score_are_refused_with_a_message(res):
             soup_tab.two_task(res, "counting", "antonym", "one →", answers, 0.5)
 
 
+def test_one_long_answer_to_score_is_refused_before_it_becomes_a_legend_entry(res, caplog):
+    """An answer is a legend entry and a table header: one over 100 characters (the box takes 1,000)
+    is refused, naming the answer and the cap, and logged with the endpoint's name as other tabs do."""
+    import gradio as gr
+
+    long = "Portes " * 15  # 105 characters
+    with caplog.at_level("WARNING", logger="picaso_explorer"):
+        with pytest.raises(gr.Error, match=f"answer 2 to score is 104 characters long; at most {soup_tab.MAX_ANSWER_CHARS}"):
+            soup_tab.two_task(res, "counting", "antonym", "one →", f"portes\n{long}\ndoors", 0.5)
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["rejected input to /soup_two_task"]
+
+
 def test_map_legend_has_one_entry_per_task_below_the_map():
     tasks = soup.task_names()  # 10 skills and their shuffled twins
     assert len(tasks) == 20

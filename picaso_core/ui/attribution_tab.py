@@ -30,6 +30,10 @@ MAX_ANSWER_TOKENS = 64
 # tokens (a 20,000-character query took 3 minutes), and the demo's questions are ~100 characters.
 MAX_QUERY_CHARS, MAX_ANSWER_CHARS = 1000, 500
 ENDPOINT = "/attribute"
+# PICConcat-R-LOO re-reads every rotation of every leave-one-out subset, n(n-1) concatenations: at the
+# caps (a 1,000-character query, 10 contexts) it alone took 133 s of a 198 s request on 2 shared cores
+# (the others 65 s in all). Above this many contexts it is skipped, with a line in the summary.
+PICCONCAT_MAX_CONTEXTS = 5
 PRECISION_MAX_SAMPLES = 200
 METHODS = ("loi", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r", "surrogate")
 NAMES = {"loi": "LOI", "concat": "Concat-LOO", "soup": "Soup-LOO", "caso": "CASO-LOO", "picaso_s": "PICASO-S-LOO",
@@ -179,6 +183,13 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
         sample = s if s.query == query else None  # edited query: no longer that example
     progress(0.05, desc="choosing contexts")
     ids = choose_contexts(res, query, k, picked)
+    skipped = []
+    if "picconcat_r" in methods and len(ids) > PICCONCAT_MAX_CONTEXTS:
+        methods = [m for m in methods if m != "picconcat_r"]
+        skipped.append(f"{NAMES['picconcat_r']} skipped: it re-reads {len(ids) * (len(ids) - 1)} concatenations for "
+                       f"{len(ids)} contexts; this app runs it for at most {PICCONCAT_MAX_CONTEXTS}.")
+        if not methods:
+            raise bad_input(skipped[0] + " Pick fewer contexts or other methods.", ENDPOINT)
     source = "given"
     if not answer.strip():
         progress(0.1, desc="generating the model's own answer from the PICASO-R composition")
@@ -228,7 +239,7 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
         "top": {m: ids[max(range(len(ids)), key=lambda i: s[i])] for m, s in scores.items()},
         "seconds": seconds, "losses": {"none": empty, "all": full},
         "token_method": token_method, "token_deltas": tokens_out,
-        "units": "nats per answer token; higher = the context matters more",
+        "units": "nats per answer token; higher = the context matters more", "skipped": skipped,
     }
     if "surrogate" in methods:
         out["surrogate"] = {"weights": sur.weights, "intercept": sur.intercept, "lds": sur.lds,
@@ -267,6 +278,7 @@ def summary_md(data: dict) -> str:
         lds = f"{s['lds']:.2f}" if s["lds"] is not None and math.isfinite(s["lds"]) else "n/a"
         lines.append(f"Surrogate: 64 random subsets composed from states in {1e3 * sec['surrogate']:.0f} ms; "
                      f"LDS on 16 held-out subsets {lds} (1 = the linear model ranks subsets perfectly).")
+    lines += data.get("skipped", [])
     return "  \n".join(lines)
 
 

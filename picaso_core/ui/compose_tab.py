@@ -29,6 +29,9 @@ from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Compose & compare"
+# The example the tab opens on: the demo question whose CASO / PICASO generations stop at EOS (issue
+# 27: they used to show "<|endoftext|>"); another corpus opens on its first example.
+DEFAULT_EXAMPLE = "demo-test-r0003"
 K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate beyond
 MAX_NEW_TOKENS = 64
 EXAMPLES_SHOWN = 300  # corpus examples offered in the picker
@@ -428,9 +431,12 @@ def render(res: Resources) -> None:
     """Lay the tab out inside the current gr.Tab and wire its events."""
     legend = "\n".join(f"- **{label}**: {text}" for _, label, text, _ in METHODS)
     note(limits(res), "compose-limits")
+    choices = example_choices(res)
+    ids = [sid for _, sid in choices]
+    first = DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in ids else (ids[0] if ids else None)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
-            example = gr.Dropdown(example_choices(res), value=None, label="Example from the corpus",
+            example = gr.Dropdown(choices, value=first, label="Example from the corpus",
                                   info="fills in a query and the continuation to score", elem_id="compose-example")
             query = gr.Textbox(label="Query", lines=3, placeholder="Type a question or the start of a passage…",
                                elem_id="compose-query")
@@ -479,6 +485,10 @@ def render(res: Resources) -> None:
     # filling two text boxes is instant: no queue slot to wait for
     example.change(lambda sid: pick_example(res, sid), example, [query, continuation], api_visibility="private",
                    concurrency_limit=None)
+    # the tab opens on an example (its query stays empty at build time, so /compose's query has no
+    # default): the main button gives a result with the defaults, not "Type a query"
+    gr.context.Context.root_block.load(lambda sid: pick_example(res, sid), example, [query, continuation],
+                                       api_visibility="private")
     gr.on(
         [run.click, query.submit], compose_endpoint,
         [query, continuation, k, picked, most_relevant_last, max_new_tokens, example, history, model_choice],

@@ -359,9 +359,13 @@ def render(res: Resources) -> None:
           api_name="primer_lti", **live)
     selectivity.change(primer_selective, [selectivity], [selective_plot, selective_data], api_name="primer_selective",
                        **live)
-    gr.on([read.click, text_box.submit], primer_model, [text_box], model_outs, api_name="primer_model",
-          preprocess=False)
-    gr.on([read.click, text_box.submit, layer.change, head.change], primer_attention, [text_box, layer, head], att_outs,
+    # Read text: the model view, then (once it succeeded) the attention view, so that a rejected text
+    # shows one toast, not the same message twice (issue 27 walkthrough)
+    # (the named event first: a second event of the same function would take its api name)
+    gr.on([layer.change, head.change], primer_attention, [text_box, layer, head], att_outs,
           api_name="primer_attention", **live)
+    gr.on([read.click, text_box.submit], primer_model, [text_box], model_outs, api_name="primer_model",
+          preprocess=False).success(lambda *a: primer_attention(*a), [text_box, layer, head], att_outs,
+                                    api_visibility="private", **live)
     measure.click(primer_complexity, [lengths, one_thread], cx_outs, api_name="primer_complexity", preprocess=False,
                   concurrency_limit=1, concurrency_id="primer_measure")

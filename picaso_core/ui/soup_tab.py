@@ -63,6 +63,9 @@ WARM_UMAP = os.environ.get("PICASO_WARM_UMAP", "1") != "0"  # tests switch the b
 # line, a few answers (each is scored at 12 weights).
 MAX_DEMO_CHARS, MAX_DEMO_LINES = 4000, 64
 MAX_PROMPT_CHARS, MAX_ANSWERS_CHARS, MAX_ANSWERS = 200, 1000, 10
+# One answer to score is a line of the plot's legend and a column header of the generations table:
+# a longer one would push the plot aside (a 1,000-character answer made a legend wider than the page).
+MAX_ANSWER_CHARS = 100
 # Seconds the first UMAP warm-up of a machine takes (import and numba compile: 26-37 s measured on 2
 # shared cores): the estimate shown while a first UMAP map waits, until a warm-up has been measured.
 UMAP_WARM_S = 40.0
@@ -239,7 +242,7 @@ def _clip(s: str, n: int) -> str:
 # ---- handlers ---------------------------------------------------------------------------------
 def retrieve(res: Resources, demos: str, layer: int = None, part: str = "ssm", top: int = 5):
     """/soup_retrieve: the library states nearest to the state of typed demonstrations."""
-    ep = "soup_retrieve"
+    ep = "/soup_retrieve"
     demos = _demos_text(demos, ep, required=True)
     layer = _layer(res, res.model.config.n_layer // 2 if layer is None else layer, ep)
     part = _choice("part", part, soup.PARTS, ep)
@@ -256,7 +259,7 @@ def soup_map(res: Resources, layer=None, part: str = "ssm", method: str = DEFAUL
              demos: str = "", top: int = 5, require_demos: bool = False, progress=lambda *a, **k: None):
     """/soup_map: the library projected at one layer; with demonstrations, their state is marked
     and its nearest library states listed. Returns (map, quality, summary, retrieved, data, py, client)."""
-    ep = "soup_map"
+    ep = "/soup_map"
     layer = _layer(res, res.model.config.n_layer // 2 if layer is None else layer, ep)
     part = _choice("part", part, soup.PARTS, ep)
     method = _choice("method", method, soup.PROJECTIONS, ep)
@@ -305,7 +308,7 @@ def soup_map(res: Resources, layer=None, part: str = "ssm", method: str = DEFAUL
 
 def retrieval_curve(res: Resources, queries: int = 4, part: str = "ssm", progress=lambda *a, **k: None):
     """/soup_retrieval: top-1 task retrieval accuracy vs k (1..16) per layer."""
-    ep = "soup_retrieval"
+    ep = "/soup_retrieval"
     queries = whole_number("queries per task and k", queries, 1, 50, ep)
     part = _choice("part", part, soup.PARTS, ep)
     lib = lab_for(res).library(_progress(progress, "encoding the skill library"))
@@ -334,7 +337,7 @@ def two_task_columns(answers: list[str]) -> list[str]:
 def mixing(res: Resources, queries: int = 3, progress=lambda *a, **k: None):
     """/soup_mixing: fig. 2 left (soup of m k-shot states vs k shots vs all 16) and right
     (a k-shot query state mixed with its nearest library state)."""
-    ep = "soup_mixing"
+    ep = "/soup_mixing"
     queries = whole_number("queries per task", queries, 1, 50, ep)
     lib = lab_for(res).library(_progress(progress, "encoding the skill library"))
     rows = soup.mixing_table(res.model, None, 16, KS, queries, SEED, _progress(progress, "mixing: soup vs shots"))
@@ -354,7 +357,7 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
              answers: str = DEFAULT_ANSWERS, w: float = 0.5, progress=lambda *a, **k: None):
     """/soup_two_task: x = w·x_a + (1-w)·x_b (each task's state: the soup of its library states);
     generations and answer losses for w = 0, 0.1, ..., 1 and at the chosen w."""
-    ep = "soup_two_task"
+    ep = "/soup_two_task"
     names = soup.task_names()
     task_a = _choice("task A", task_a, names, ep)
     task_b = _choice("task B", task_b, names, ep)
@@ -368,6 +371,10 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
         raise bad_input("'Answers to score' is empty: type one answer per line, such as 'Bats'", ep)
     if len(answer_list) > MAX_ANSWERS:
         raise bad_input(f"{len(answer_list)} answers to score; at most {MAX_ANSWERS} here", ep)
+    for i, a in enumerate(answer_list, 1):
+        if len(a) > MAX_ANSWER_CHARS:
+            raise bad_input(f"answer {i} to score is {len(a):,} characters long; at most {MAX_ANSWER_CHARS} per "
+                            "answer here. Shorten it.", ep)
     try:
         w = float(w)
     except (TypeError, ValueError):
@@ -392,7 +399,7 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
 def decay(res: Resources, chunk_tokens: int = 100, documents: int = 10, progress=lambda *a, **k: None):
     """/soup_decay: loss on a test chunk after c1, c2 from concat / A-decay / mean / c2 alone,
     over windows of the corpus (sec. 2.3, fig. 3)."""
-    ep = "soup_decay"
+    ep = "/soup_decay"
     chunk_tokens = whole_number("chunk tokens", chunk_tokens, 8, 400, ep)
     documents = whole_number("documents", documents, 1, 200, ep)
     try:
