@@ -4,20 +4,22 @@
     python bench/scan_scaling.py --quick     # the demo model's layer shape, shorter sequences
     python bench/scan_scaling.py --device cuda
 
-The chunked SSD scan (picaso_core.scan.ssd_scan_chunked) passes states between its c chunks.
-ssd_minimal.py (the Mamba-2 paper's listing) does it with a [c, c] decay matrix: O(c^2) work and
-memory, one matmul. The engine does it one chunk at a time (`scan._pass_states`, as mamba_ssm's
-state-passing kernel does): O(c). A log-depth prefix scan (log2(c) rounds, as `selective_scan`
-does over steps) is the third form: tried, and rejected for moving O(c log c) memory.
+The chunked SSD scan (picaso_core.scan.ssd_scan_chunked) passes states between its c chunks in one
+of two forms (`scan._pass_states`, chosen per device by `scan.PASS_FORM`):
+  sequential  one chunk at a time, as mamba_ssm's state-passing kernel does: O(c), c small ops;
+  segsum      ssd_minimal.py's (the Mamba-2 paper's listing) [c, c] decay matrix: O(c^2), one matmul.
+A log-depth prefix scan (log2(c) rounds, as `selective_scan` does over steps) is the third form:
+kept here as a competitor only, for moving O(c log c) memory.
 The engine also runs a long sequence in blocks of chunks (`scan.BLOCK_ELEMENTS`), the state
 carried across, so that its intermediates ([b, chunks, h, s, s]) stay in cache.
 Measured side by side in one run, on the same inputs, for each length:
-  * the inter-chunk pass alone, the three forms (and the max |difference| to the engine's)
-  * the whole scan (forward): the engine; the engine in one piece (no blocks); the previous engine
-    (one piece, segsum pass, i.e. ssd_minimal's listing); time per token
+  * the inter-chunk pass alone, the three forms (and the max |difference| between them)
+  * the whole scan (forward): the engine (its device's pass form, in blocks); the engine in one
+    piece (no blocks); the engine with the other pass form; the engine before blocks and the
+    sequential pass (one piece, segsum pass, i.e. ssd_minimal's listing); time per token
 Prints medians of --repeats and the ratios; quote ratios (these 2-core machines are shared and
-noisy), absolute times only on a quiet machine or a GPU. The other two forms are kept here, as the
-competitors, and nowhere in the engine.
+noisy), absolute times only on a quiet machine or a GPU. The prefix scan is kept here, as a
+competitor, and nowhere in the engine.
 """
 
 from __future__ import annotations
@@ -29,26 +31,10 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import scan  # noqa: E402
-
-
-def segsum(a: torch.Tensor) -> torch.Tensor:
-    """a [..., s] -> [..., s, s], out[i, j] = a[j+1] + ... + a[i] for i >= j, -inf above (stable form)."""
-    s = a.size(-1)
-    a = a[..., None].expand(*a.shape, s).masked_fill(~torch.ones(s, s, dtype=torch.bool, device=a.device).tril(-1), 0.0)
-    return a.cumsum(-2).masked_fill(~torch.ones(s, s, dtype=torch.bool, device=a.device).tril(0), float("-inf"))
-
-
-def pass_states_segsum(chunk_states, log_decay, h0):
-    """ssd_minimal.py's step 3 (the engine's previous form), with `scan._pass_states`'s signature."""
-    states = torch.cat([h0[:, None], chunk_states], dim=1)  # [b, c+1, g, r, p, n]
-    decay = torch.exp(segsum(F.pad(log_decay.permute(0, 2, 3, 1), (1, 0))))  # [b, g, r, c+1, c+1]
-    states = torch.einsum("bgrzc,bcgrpn->bzgrpn", decay, states)
-    return states[:, :-1], states[:, -1]
 
 
 def pass_states_prefix(chunk_states, log_decay, h0):
@@ -66,6 +52,8 @@ def pass_states_prefix(chunk_states, log_decay, h0):
 
 def timed(fn, repeats: int, device: str) -> float:
     fn()  # warm-up: the allocator's first pages, lazy initialisation
+    if device == "cuda":
+        torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -96,10 +84,14 @@ def main(argv=None) -> None:
     dev = args.device
     print(f"one Mamba-2 layer's scan: {h} heads x head dim {p}, state dim {n}, {g} group; chunk {chunk}; "
           f"float32, {dev}, {torch.get_num_threads()} threads; medians of {args.repeats}\n")
-    print("| tokens | chunks | pass: engine (chunk by chunk) | segsum / engine | prefix scan / engine | max abs diff | "
-          "scan: engine | one piece / engine | previous (one piece, segsum) / engine | engine µs/token |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    fast = scan._pass_states
+    form = scan.PASS_FORM.get(dev, "sequential")
+    other = "segsum" if form == "sequential" else "sequential"
+    print(f"the engine's inter-chunk pass on {dev}: {form} (scan.PASS_FORM)\n")
+    print("| tokens | chunks | pass: sequential | segsum / sequential | prefix scan / sequential | max abs diff | "
+          f"scan: engine ({form} pass, blocks) | one piece / engine | {other} pass / engine | "
+          "previous (one piece, segsum) / engine | engine µs/token |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    forms = {"sequential": scan._pass_states_sequential, "segsum": scan._pass_states_segsum}
     rows = []
     for L in lengths:
         torch.manual_seed(0)
@@ -116,28 +108,32 @@ def main(argv=None) -> None:
             return scan.ssd_scan_chunked(x, dt, A, B, C, chunk)
 
         with torch.no_grad():
-            got = fast(cs, la, h0)
+            seq = forms["sequential"](cs, la, h0)
             diff = max((a - b).abs().max().item()
-                       for form in (pass_states_segsum, pass_states_prefix) for a, b in zip(form(cs, la, h0), got))
-            t_pass = timed(lambda: fast(cs, la, h0), args.repeats, dev)
-            t_pass_seg = timed(lambda: pass_states_segsum(cs, la, h0), args.repeats, dev)
+                       for f in (scan._pass_states_segsum, pass_states_prefix) for a, b in zip(f(cs, la, h0), seq))
+            t_pass = timed(lambda: forms["sequential"](cs, la, h0), args.repeats, dev)
+            t_pass_seg = timed(lambda: forms["segsum"](cs, la, h0), args.repeats, dev)
             t_pass_pre = timed(lambda: pass_states_prefix(cs, la, h0), args.repeats, dev)
+            y0 = whole_scan()[0]
             t_scan = timed(whole_scan, args.repeats, dev)
             saved = dict(scan.BLOCK_ELEMENTS)
             try:
+                scan.PASS_FORM[dev] = other
+                diff = max(diff, (whole_scan()[0] - y0).abs().max().item())
+                t_other = timed(whole_scan, args.repeats, dev)
                 scan.BLOCK_ELEMENTS.update({k: 1 << 62 for k in saved})  # one block: the whole sequence
-                y1 = whole_scan()[0]
-                t_one = timed(whole_scan, args.repeats, dev)
-                scan._pass_states = pass_states_segsum
+                scan.PASS_FORM[dev] = "segsum"
                 t_prev = timed(whole_scan, args.repeats, dev)
+                scan.PASS_FORM[dev] = form
+                diff = max(diff, (whole_scan()[0] - y0).abs().max().item())
+                t_one = timed(whole_scan, args.repeats, dev)
             finally:
-                scan._pass_states = fast
+                scan.PASS_FORM[dev] = form
                 scan.BLOCK_ELEMENTS.update(saved)
-            diff = max(diff, (y1 - whole_scan()[0]).abs().max().item())
         rows.append((L, t_prev, t_scan))
-        print(f"| {L:,} | {c} | {t_pass * 1e3:.1f} ms | {t_pass_seg / t_pass:.1f}x | {t_pass_pre / t_pass:.1f}x | "
-              f"{diff:.1e} | {t_scan * 1e3:.0f} ms | {t_one / t_scan:.2f}x | {t_prev / t_scan:.2f}x | "
-              f"{t_scan / L * 1e6:.1f} |", flush=True)
+        print(f"| {L:,} | {c} | {t_pass * 1e3:.1f} ms | {t_pass_seg / t_pass:.2f}x | {t_pass_pre / t_pass:.2f}x | "
+              f"{diff:.1e} | {t_scan * 1e3:.1f} ms | {t_one / t_scan:.2f}x | {t_other / t_scan:.2f}x | "
+              f"{t_prev / t_scan:.2f}x | {t_scan / L * 1e6:.2f} |", flush=True)
     (l0, s0, f0), (l1, s1, f1) = rows[0], rows[-1]
     print(f"\n{l0:,} -> {l1:,} tokens ({l1 / l0:.0f}x): the whole scan costs {f1 / f0:.1f}x with the engine, "
           f"{s1 / s0:.1f}x with the previous engine (linear would be {l1 / l0:.0f}x)")

@@ -68,16 +68,48 @@ def _pass_states(chunk_states: Tensor, log_decay: Tensor, h0: Tensor) -> tuple[T
 
     chunk_states [b, c, *S, p, n], log_decay [b, c, *S], h0 [b, *S, p, n]. Returns the state
     entering each chunk [b, c, *S, p, n] (h0, h_0, ..., h_{c-2}) and the final state h_{c-1}.
-    One chunk at a time, as mamba_ssm's state-passing kernel does: O(c) work and memory.
-    ssd_minimal.py's segsum form ([c, c] decay matrix, one matmul) is O(c^2), and a log-depth
-    prefix scan moves O(c log c) memory; on CPU both are slower at every length measured
-    (bench/scan_scaling.py keeps them as the competitors)."""
+    Two forms of the same recurrence, picked per device by `PASS_FORM`:
+      "sequential"  one chunk at a time, as mamba_ssm's state-passing kernel does: O(c) work and
+                    memory, c small ops (the CPU's form: fastest at every length measured there);
+      "segsum"      ssd_minimal.py's form: the decay between every two chunks as a [c+1, c+1]
+                    matrix, then one batched matmul: O(c^2) work in one launch (CUDA's form:
+                    there the sequential loop is launch-bound, 3.3x slower at 64 chunks on an H100).
+    bench/scan_scaling.py measures both, and a log-depth prefix scan, on either device."""
+    if PASS_FORM.get(chunk_states.device.type, "sequential") == "segsum":
+        return _pass_states_segsum(chunk_states, log_decay, h0)
+    return _pass_states_sequential(chunk_states, log_decay, h0)
+
+
+def _pass_states_sequential(chunk_states: Tensor, log_decay: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
+    """`_pass_states` one chunk at a time (see there); same arguments and returns."""
     decay = torch.exp(log_decay)[..., None, None]
     h, entering = h0, []
     for k in range(chunk_states.size(1)):
         entering.append(h)
         h = torch.addcmul(chunk_states[:, k], decay[:, k], h)
     return torch.stack(entering, dim=1), h
+
+
+def _segsum(a: Tensor) -> Tensor:
+    """a [..., c] -> [..., c, c], out[i, j] = a[j+1] + ... + a[i] for i >= j, -inf above the diagonal
+    (sums of the terms themselves, not differences of a cumulative sum: stable for any decay)."""
+    c = a.size(-1)
+    tri = torch.ones(c, c, dtype=torch.bool, device=a.device)
+    a = a[..., None].expand(*a.shape, c).masked_fill(~tri.tril(-1), 0.0)
+    return a.cumsum(-2).masked_fill(~tri.tril(0), float("-inf"))
+
+
+def _pass_states_segsum(chunk_states: Tensor, log_decay: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
+    """`_pass_states` in ssd_minimal.py's segsum form (see there); same arguments and returns."""
+    states = torch.cat([h0[:, None], chunk_states], dim=1)  # [b, c+1, *S, p, n]
+    la = F.pad(log_decay.movedim(1, -1), (1, 0))  # [b, *S, c+1]
+    decay = torch.exp(_segsum(la))  # [b, *S, c+1, c+1]: decay[..., z, k] = exp(la_{k+1} + ... + la_z)
+    states = torch.einsum("b...zk,bk...pn->bz...pn", decay, states)
+    return states[:, :-1], states[:, -1]
+
+
+# The inter-chunk pass's form per device type (see `_pass_states`); others use "sequential".
+PASS_FORM = {"cpu": "sequential", "cuda": "segsum"}
 
 
 # Elements of the largest intermediate ([b, chunks, h, s, s], the masked C B^T) per block of chunks:

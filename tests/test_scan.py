@@ -106,20 +106,48 @@ def test_inter_chunk_pass_matches_the_segsum_form(c):
     """The inter-chunk pass (one chunk at a time) against ssd_minimal.py's segsum form (the decay
     between every two chunks, exp of a masked cumulative sum), with decays from ~1 down to
     underflow (log decay -800)."""
-    from picaso_core.scan import _pass_states
+    from picaso_core.scan import _pass_states_segsum, _pass_states_sequential
 
     torch.manual_seed(c)
     cs = torch.randn(2, c, 3, 2, 4, 5, dtype=torch.float64)
     la = -torch.rand(2, c, 3, 2, dtype=torch.float64) * torch.tensor([0.01, 5.0, 800.0])[None, None, :, None]
     h0 = torch.randn(2, 3, 2, 4, 5, dtype=torch.float64)
-    entering, final = _pass_states(cs, la, h0)
     a = torch.nn.functional.pad(la.permute(0, 2, 3, 1), (1, 0))  # [b, g, r, c+1]
     seg = a[..., None, :].expand(*a.shape[:-1], c + 1, c + 1)  # [i, j] = a[j]
     tri = torch.ones(c + 1, c + 1, dtype=torch.bool)
     seg = seg.transpose(-1, -2).masked_fill(~tri.tril(-1), 0.0).cumsum(-2).masked_fill(~tri.tril(0), float("-inf"))
     want = torch.einsum("bgrzc,bcgrpn->bzgrpn", torch.exp(seg), torch.cat([h0[:, None], cs], dim=1))
-    torch.testing.assert_close(entering, want[:, :-1], atol=1e-12, rtol=1e-12)
-    torch.testing.assert_close(final, want[:, -1], atol=1e-12, rtol=1e-12)
+    # both of the engine's forms (CPU: sequential, CUDA: segsum), and the recurrence itself
+    h, rec = h0, []
+    for k in range(c):
+        rec.append(h)
+        h = torch.exp(la[:, k])[..., None, None] * h + cs[:, k]
+    for form in (_pass_states_sequential, _pass_states_segsum):
+        entering, final = form(cs, la, h0)
+        torch.testing.assert_close(entering, want[:, :-1], atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(final, want[:, -1], atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(entering, torch.stack(rec, 1), atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(final, h, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("form", ["sequential", "segsum"])
+def test_scan_with_either_pass_form_matches_reference(monkeypatch, form):
+    """The whole scan with the inter-chunk pass forced to each form (scan.PASS_FORM: CUDA uses
+    segsum, the CPU sequential), in blocks of two chunks and in one piece: outputs, state, decay
+    and gradients equal the step-by-step reference."""
+    from picaso_core import scan
+
+    monkeypatch.setitem(scan.PASS_FORM, "cpu", form)
+    kw = _ssd_inputs(b=2, l=45, h=4, dtype=torch.float64)  # chunk 8: 6 chunks
+    ref = ssd_scan_ref(**kw)
+    for elements in (2 * 4 * 8 * 8 * 2, 1 << 40):
+        monkeypatch.setitem(scan.BLOCK_ELEMENTS, "cpu", elements)
+        for a, r in zip(ssd_scan_chunked(chunk_size=8, **kw), ref):
+            torch.testing.assert_close(a, r, atol=1e-12, rtol=1e-12)
+    small = _ssd_inputs(b=1, l=9, h=2, p=2, g=1, n=2)
+    x, h0 = (small[k].requires_grad_() for k in ("x", "initial_state"))
+    assert torch.autograd.gradcheck(
+        lambda x, h0: ssd_scan_chunked(x, small["dt"], small["A"], small["B"], small["C"], 2, h0), (x, h0))
 
 
 def test_long_sequence_many_chunks_matches_reference():
