@@ -4,6 +4,8 @@ right: BP2C trains faster because nothing is back-propagated through the context
     python bench/finetune_speed.py                  # the bundled demo model, CPU
     python bench/finetune_speed.py --json assets/demo_model_bptc/speed.json   # also for the model card
     python bench/finetune_speed.py --device cuda    # on a GPU (also reports peak CUDA memory)
+    python bench/finetune_speed.py --save-examples ex.json   # the retrieved micro-batch, for a machine
+    python bench/finetune_speed.py --examples ex.json --device cuda   # without the MiniLM retriever
 
 Each repeat runs one optimizer step of each objective on the SAME micro-batch (held-out demo
 retrieval samples with their top-k MiniLM chunks, the fine-tuning shape), alternating the order,
@@ -110,6 +112,10 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=6, help="composition examples per step")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--save-examples", default=None,
+                    help="write the retrieved micro-batch (token ids) to this JSON file and stop")
+    ap.add_argument("--examples", default=None,
+                    help="read the micro-batch from a --save-examples file instead of retrieving it (no MiniLM needed)")
     ap.add_argument("--json", default=None, help="also write the table to this JSON file (the model card quotes it)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # internal: a micro-batch file, see child()
     ap.add_argument("--objective", default=None, choices=FT.OBJECTIVES, help=argparse.SUPPRESS)
@@ -118,19 +124,30 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     if args.child:
         return child(args)
-    from picaso_core.data import DEMO_DATA_DIR, load_corpus
-    from picaso_core.rankers import EmbeddingRanker
-    from picaso_core.retrieval import Retriever, SentenceEmbedder
-
     device = torch.device(args.device)
     cuda, cpu = device.type == "cuda", device.type == "cpu"
     base = load_model(args.model, device=device)
-    corpus = load_corpus("demo", "test")
-    retriever = Retriever.cached(corpus.database, SentenceEmbedder(), None,
-                                 seeds=[DEMO_DATA_DIR / "test_database.all-MiniLM-L6-v2.safetensors"])
     ks = [int(k) for k in args.ks.split(",")]
-    examples = FT.build_examples(base.tokenizer, corpus.samples[:args.batch], EmbeddingRanker(retriever), corpus.database,
-                                 max(ks))
+    if args.examples:
+        examples = [FT.Example(*e) for e in json.loads(Path(args.examples).read_text())]
+        if len(examples) < args.batch or min(len(e.contexts) for e in examples) < max(ks):
+            raise SystemExit(f"{args.examples} holds {len(examples)} examples with at least "
+                             f"{min(len(e.contexts) for e in examples)} contexts; --batch {args.batch} --ks {args.ks} need more")
+        examples = examples[:args.batch]
+    else:
+        from picaso_core.data import DEMO_DATA_DIR, load_corpus
+        from picaso_core.rankers import EmbeddingRanker
+        from picaso_core.retrieval import Retriever, SentenceEmbedder
+
+        corpus = load_corpus("demo", "test")
+        retriever = Retriever.cached(corpus.database, SentenceEmbedder(), None,
+                                     seeds=[DEMO_DATA_DIR / "test_database.all-MiniLM-L6-v2.safetensors"])
+        examples = FT.build_examples(base.tokenizer, corpus.samples[:args.batch], EmbeddingRanker(retriever),
+                                     corpus.database, max(ks))
+    if args.save_examples:
+        Path(args.save_examples).write_text(json.dumps([[e.query, e.continuation, e.contexts] for e in examples]))
+        print(f"wrote {len(examples)} examples ({max(ks)} contexts each) to {args.save_examples}")
+        return
     load_avg = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{args.model} on {device}, {torch.get_num_threads()} threads, {args.batch} examples per step, "
           f"median of {args.repeats} steps per objective and k (objectives alternate); load average {load_avg} "
