@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from test_app import app_url  # noqa: F401  (the launched app, a session fixture)
-from test_browser import browser  # noqa: F401
+from test_browser import browser, layout_problems  # noqa: F401
 
 
 def _set_number(browser, elem_id: str, value) -> None:
@@ -48,6 +48,12 @@ def test_coffee_tab_trains_both_models_live(browser, app_url):  # noqa: F811
     assert "COFFEE" in browser.find_element(By.ID, "coffee-table").text
     shot = os.environ.get("PICASO_SCREENSHOT_COFFEE", str(Path(tempfile.gettempdir()) / "picaso_coffee.png"))
     browser.save_screenshot(shot)
+    # at 800 px the two curves stack instead of clipping their titles side by side
+    browser.set_window_size(800, 2000)
+    wait.until(lambda d: not layout_problems(d, ["coffee-loss", "coffee-acc"]))
+    loss_box, acc_box = (browser.find_element(By.ID, e).rect for e in ("coffee-loss", "coffee-acc"))
+    assert acc_box["y"] >= loss_box["y"] + loss_box["height"] - 1, "the curves should stack at 800 px"
+    browser.set_window_size(1400, 2000)
     # a long run, stopped, then a new one
     _set_number(browser, "coffee-steps", 20000)
     browser.find_element(By.ID, "coffee-run").click()

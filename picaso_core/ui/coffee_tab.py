@@ -215,8 +215,9 @@ def outputs(args, hist, paper, runs, py, cl, done: bool, stopped: bool = False):
                                round(last[m]["loss"], 4), paper.get(m, "–")))) for m in ("coffee", "s6")])
     title = TASKS[args["task"]]
     data = {"args": args, "history": hist, "paper": paper, "done": done, "stopped": stopped, "source": src}
-    return (curves_figure(hist, "loss", title=f"{title}: validation loss"),
-            curves_figure(hist, "accuracy", paper, title=f"{title}: validation accuracy"), status, table, data, py, cl)
+    return (curves_figure(hist, "loss", title=f"Validation loss<br><sup>{title}</sup>"),
+            curves_figure(hist, "accuracy", paper, title=f"Validation accuracy<br><sup>{title}</sup>"), status, table,
+            data, py, cl)
 
 
 def snippets(args: dict) -> tuple[str, str]:
@@ -308,9 +309,13 @@ def render(res: Resources | None = None) -> None:
         with gr.Column(scale=2, min_width=480):
             status = gr.Markdown("Press **Train**: table 1's setting separates the two models within about 30 s.",
                                  label="Status", elem_id="coffee-status")
+            # min widths: side by side when each gets 380 px (1400 px windows), stacked below (800 px:
+            # two 360 px plots clipped their titles)
             with gr.Row():
-                loss_plot = gr.Plot(label="Validation loss", elem_id="coffee-loss")
-                acc_plot = gr.Plot(label="Validation accuracy", elem_id="coffee-acc")
+                with gr.Column(min_width=380):
+                    loss_plot = gr.Plot(label="Validation loss", elem_id="coffee-loss")
+                with gr.Column(min_width=380):
+                    acc_plot = gr.Plot(label="Validation accuracy", elem_id="coffee-acc")
             table = gr.Dataframe(pd.DataFrame(columns=RUN_COLUMNS), label="This run", interactive=False,
                                  elem_id="coffee-table")
     with gr.Accordion("Run data (JSON)", open=False):
