@@ -107,6 +107,8 @@ def card_md(res, d: dict, per: list[dict], one: tuple, avg: tuple, load: tuple, 
     lower = sum(p["picaso_r_loss"] < p["soup_loss"] for p in per)
     ratios = [p["caso_side"] / p["soup_side"] for p in per]
     gains = [p["soup_loss"] - p["picaso_r_loss"] for p in per]
+    # the difference of the two losses as printed (3 decimals), as the tab's finding computes it
+    diff = round(s["caso_loss_at_mean"], 3) - round(s["soup_loss_at_mean"], 3)
     lines = [
         "## Loss landscapes between states (PICASO fig. 2)",
         "",
@@ -121,8 +123,8 @@ def card_md(res, d: dict, per: list[dict], one: tuple, avg: tuple, load: tuple, 
         f"{smaller}/{len(per)} samples (per-sample ratio {min(ratios):.3f}-{max(ratios):.3f}).",
         f"- **Is the loss at its mean lower?** {'Yes' if s['mean_loss_gain'] > 0 else 'No'}: PICASO-R "
         f"{s['caso_loss_at_mean']:.3f} vs Soup {s['soup_loss_at_mean']:.3f} nats/token "
-        f"({s['mean_loss_gain']:+.3f} in Soup's disfavour, {100 * s['mean_loss_gain'] / s['soup_loss_at_mean']:.1f}% "
-        f"of Soup's loss); lower in {lower}/{len(per)} samples (per-sample difference {min(gains):+.3f} to "
+        f"(PICASO-R {'lower' if diff < 0 else 'higher'} by {abs(diff):.3f}, "
+        f"{100 * abs(s['mean_loss_gain']) / s['soup_loss_at_mean']:.1f}% of Soup's loss); lower in {lower}/{len(per)} samples (per-sample difference {min(gains):+.3f} to "
         f"{max(gains):+.3f}).",
         f"- Mean loss at the anchors: {s['soup_anchor_loss']:.3f} (independent states), {s['caso_anchor_loss']:.3f} "
         f"(CASO states). Concat: {s.get('concat_loss', float('nan')):.3f}, at distance "
