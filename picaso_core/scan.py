@@ -74,8 +74,11 @@ def _pass_states(chunk_states: Tensor, log_decay: Tensor, h0: Tensor) -> tuple[T
       "segsum"      ssd_minimal.py's form: the decay between every two chunks as a [c+1, c+1]
                     matrix, then one batched matmul: O(c^2) work in one launch (CUDA's form:
                     there the sequential loop is launch-bound, 3.3x slower at 64 chunks on an H100).
-    bench/scan_scaling.py measures both, and a log-depth prefix scan, on either device."""
-    if PASS_FORM.get(chunk_states.device.type, "sequential") == "segsum":
+    bench/scan_scaling.py measures both, and a log-depth prefix scan, on either device. Past
+    `SEGSUM_MAX_CHUNKS` chunks the segsum form falls back to the sequential one: its matrix and
+    work grow as c^2 (measured faster up to 512 chunks on the H100, the longest tried)."""
+    if (PASS_FORM.get(chunk_states.device.type, "sequential") == "segsum"
+            and chunk_states.size(1) <= SEGSUM_MAX_CHUNKS):
         return _pass_states_segsum(chunk_states, log_decay, h0)
     return _pass_states_sequential(chunk_states, log_decay, h0)
 
@@ -110,6 +113,7 @@ def _pass_states_segsum(chunk_states: Tensor, log_decay: Tensor, h0: Tensor) -> 
 
 # The inter-chunk pass's form per device type (see `_pass_states`); others use "sequential".
 PASS_FORM = {"cpu": "sequential", "cuda": "segsum"}
+SEGSUM_MAX_CHUNKS = 512  # 131k tokens at chunk 256: the segsum form's [c+1, c+1] matrix stays small
 
 
 # Elements of the largest intermediate ([b, chunks, h, s, s], the masked C B^T) per block of chunks:

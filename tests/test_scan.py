@@ -130,20 +130,31 @@ def test_inter_chunk_pass_matches_the_segsum_form(c):
         torch.testing.assert_close(final, h, atol=1e-12, rtol=1e-12)
 
 
-@pytest.mark.parametrize("form", ["sequential", "segsum"])
+@pytest.mark.parametrize("form", ["sequential", "segsum", "segsum past its chunk limit"])
 def test_scan_with_either_pass_form_matches_reference(monkeypatch, form):
     """The whole scan with the inter-chunk pass forced to each form (scan.PASS_FORM: CUDA uses
     segsum, the CPU sequential), in blocks of two chunks and in one piece: outputs, state, decay
     and gradients equal the step-by-step reference."""
     from picaso_core import scan
 
-    monkeypatch.setitem(scan.PASS_FORM, "cpu", form)
+    monkeypatch.setitem(scan.PASS_FORM, "cpu", form.split()[0])
+    if form.endswith("limit"):  # more chunks than SEGSUM_MAX_CHUNKS: the sequential fallback
+        monkeypatch.setattr(scan, "SEGSUM_MAX_CHUNKS", 1)
+    calls = {"segsum": 0}
+    segsum = scan._pass_states_segsum
+
+    def spy(*a):
+        calls["segsum"] += 1
+        return segsum(*a)
+
+    monkeypatch.setattr(scan, "_pass_states_segsum", spy)
     kw = _ssd_inputs(b=2, l=45, h=4, dtype=torch.float64)  # chunk 8: 6 chunks
     ref = ssd_scan_ref(**kw)
     for elements in (2 * 4 * 8 * 8 * 2, 1 << 40):
         monkeypatch.setitem(scan.BLOCK_ELEMENTS, "cpu", elements)
         for a, r in zip(ssd_scan_chunked(chunk_size=8, **kw), ref):
             torch.testing.assert_close(a, r, atol=1e-12, rtol=1e-12)
+    assert (calls["segsum"] > 0) == (form == "segsum")
     small = _ssd_inputs(b=1, l=9, h=2, p=2, g=1, n=2)
     x, h0 = (small[k].requires_grad_() for k in ("x", "initial_state"))
     assert torch.autograd.gradcheck(
