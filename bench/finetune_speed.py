@@ -132,7 +132,8 @@ def main(argv=None) -> None:
         examples = [FT.Example(*e) for e in json.loads(Path(args.examples).read_text())]
         if len(examples) < args.batch or min(len(e.contexts) for e in examples) < max(ks):
             raise SystemExit(f"{args.examples} holds {len(examples)} examples with at least "
-                             f"{min(len(e.contexts) for e in examples)} contexts; --batch {args.batch} --ks {args.ks} need more")
+                             f"{min(len(e.contexts) for e in examples)} contexts; --batch {args.batch} --ks {args.ks} "
+                             "need more")
         examples = examples[:args.batch]
     else:
         from picaso_core.data import DEMO_DATA_DIR, load_corpus

@@ -124,7 +124,8 @@ def card_md(res, d: dict, per: list[dict], one: tuple, avg: tuple, load: tuple, 
         f"- **Is the loss at its mean lower?** {'Yes' if s['mean_loss_gain'] > 0 else 'No'}: PICASO-R "
         f"{s['caso_loss_at_mean']:.3f} vs Soup {s['soup_loss_at_mean']:.3f} nats/token "
         f"(PICASO-R {'lower' if diff < 0 else 'higher'} by {abs(diff):.3f}, "
-        f"{100 * abs(s['mean_loss_gain']) / s['soup_loss_at_mean']:.1f}% of Soup's loss); lower in {lower}/{len(per)} samples (per-sample difference {min(gains):+.3f} to "
+        f"{100 * abs(s['mean_loss_gain']) / s['soup_loss_at_mean']:.1f}% of Soup's loss); lower in "
+        f"{lower}/{len(per)} samples (per-sample difference {min(gains):+.3f} to "
         f"{max(gains):+.3f}).",
         f"- Mean loss at the anchors: {s['soup_anchor_loss']:.3f} (independent states), {s['caso_anchor_loss']:.3f} "
         f"(CASO states). Concat: {s.get('concat_loss', float('nan')):.3f}, at distance "

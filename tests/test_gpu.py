@@ -91,8 +91,8 @@ def test_cuda_graph_decode_equals_eager(monkeypatch):
 
 def test_scan_pass_forms_agree_on_gpu():
     """On CUDA the inter-chunk pass defaults to the segsum form (one matmul; the sequential loop is
-    launch-bound there, bench/scan_scaling.py): both forms, and the whole scan with either, agree
-    on the GPU and with the CPU, 64 chunks of a mamba2-130m-shaped layer."""
+    launch-bound there, bench/scan_scaling.py): both forms agree on the GPU (64 chunks of a
+    mamba2-130m-shaped layer), and the whole scan on the GPU (segsum) equals the CPU's (sequential)."""
     torch.manual_seed(0)
     assert scan.PASS_FORM["cuda"] == "segsum"
     cs = torch.randn(1, 64, 1, 24, 64, 128, device="cuda")

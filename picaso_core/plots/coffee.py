@@ -34,7 +34,8 @@ def curves_figure(histories: dict[str, list[dict]], metric: str = "accuracy", pa
                       annotation_font=dict(color=COLORS[model], size=11))
     yaxis = dict(title=metric, range=[0, 1.02]) if metric == "accuracy" else dict(title="cross-entropy", rangemode="tozero")
     fig.update_layout(title=title or f"Validation {metric}", xaxis_title="training step", yaxis=yaxis,
-                      height=height, margin=dict(l=55, r=15, t=65 if title and "<br>" in title else 45, b=95), template="plotly_white",
+                      height=height, margin=dict(l=55, r=15, t=65 if title and "<br>" in title else 45, b=95),
+                      template="plotly_white",
                       legend=dict(orientation="h", yanchor="top", y=-0.25, x=0, xanchor="left"))
     return fig
 
