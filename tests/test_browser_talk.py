@@ -40,7 +40,18 @@ def _set_text(driver, css: str, value: str):
 
 
 def _visible(driver, css: str) -> list:
-    return [e for e in driver.find_elements("css selector", css) if e.is_displayed()]
+    """The matching elements on screen; one removed from the page between the query and the check
+    (a toast closing: what the test waits for) counts as not visible (CI once failed on that race)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    out = []
+    for e in driver.find_elements("css selector", css):
+        try:
+            if e.is_displayed():
+                out.append(e)
+        except StaleElementReferenceException:
+            pass
+    return out
 
 
 def test_rejected_input_then_a_run_leaves_no_error_badge_or_toast(app_url):  # noqa: F811
