@@ -82,3 +82,16 @@ def save_model_dir(model: SSMLanguageModel, folder: Path, tokenizer_json: Path) 
     save_file(sd, str(folder / "model.safetensors"))
     (folder / "tokenizer.json").write_bytes(Path(tokenizer_json).read_bytes())
     return folder
+
+
+# Browser tests: Gradio re-renders outputs, so an element found by a wait's condition can leave the page
+# before the condition reads it. Every WebDriverWait then retries instead of failing on
+# StaleElementReferenceException (a real failure still times out). CI failed twice on that race.
+try:
+    import selenium.webdriver.support.wait as _selenium_wait
+    from selenium.common.exceptions import StaleElementReferenceException as _Stale
+
+    if _Stale not in _selenium_wait.IGNORED_EXCEPTIONS:
+        _selenium_wait.IGNORED_EXCEPTIONS = (*_selenium_wait.IGNORED_EXCEPTIONS, _Stale)
+except ImportError:  # no selenium: the browser tests skip
+    pass
