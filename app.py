@@ -22,7 +22,7 @@ import os
 
 import gradio as gr
 
-from picaso_core.loading import check_device
+from picaso_core.engine.loading import check_device
 from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose_tab, finetune_tab, landscape_tab,
                             primer_tab, soup_tab)
 from picaso_core.ui.layout import CSS, JS, THEME, header

@@ -46,8 +46,8 @@ def make_tiny_model(folder: Path) -> Path:
     import torch
 
     from picaso_core import ModelConfig, SSMLanguageModel
-    from picaso_core.loading import save_model
-    from picaso_core.tokenizer import Tokenizer
+    from picaso_core.engine.loading import save_model
+    from picaso_core.engine.tokenizer import Tokenizer
 
     tok = Tokenizer.from_file(ROOT / "assets" / "tokenizer.json")
     torch.manual_seed(0)
@@ -157,9 +157,9 @@ def bench_concurrency(model_name: str, corpus: str, split: str, cache: Path, k: 
 
 def bench_build(model_name: str, corpus: str, split: str, cache: Path, device: str = "cpu") -> dict:
     from picaso_core.data import load_corpus
-    from picaso_core.loading import load_model
-    from picaso_core.retrieval import Retriever, SentenceEmbedder, embeddings_path
-    from picaso_core.store import StateStore
+    from picaso_core.engine.loading import load_model
+    from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, embeddings_path
+    from picaso_core.store.store import StateStore
     from picaso_core.ui.resources import CONTEXT_SUFFIX, store_folder
 
     model = load_model(model_name, device=device)

@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
-from picaso_core.attribution import leave_one_out_tokens, surrogate  # noqa: E402
+from picaso_core.analysis.attribution import leave_one_out_tokens, surrogate  # noqa: E402
 
 LOO = {"picaso_r": "PICASO-R", "picaso_s": "PICASO-S", "caso": "CASO", "soup": "Soup", "concat": "Concat"}
 
@@ -92,7 +92,7 @@ def demo_inputs(target_tokens: int, n: int):
     """The demo model and n contexts of ~target_tokens tokens (consecutive held-out chunks joined),
     with the first held-out QA sample's question and answer."""
     from picaso_core.data import load_corpus
-    from picaso_core.loading import load_model
+    from picaso_core.engine.loading import load_model
 
     model = load_model("demo")
     tok = model.tokenizer

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core.lab.coffee import S6, Coffee  # noqa: E402
+from picaso_core.lab.coffee.model import S6, Coffee  # noqa: E402
 
 
 def time_layer(layer, u, fast: bool, repeats: int, first: dict | None = None) -> float:

@@ -45,9 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from limits import add_limit_flags, limits, vs_limit  # noqa: E402
 
 from picaso_core import ContextState, ModelConfig, SSMLanguageModel, load_model  # noqa: E402
-from picaso_core import scan  # noqa: E402
-from picaso_core.model import layer_major  # noqa: E402
-from picaso_core.scan import upcast  # noqa: E402
+from picaso_core.engine import scan  # noqa: E402
+from picaso_core.engine.state import layer_major  # noqa: E402
+from picaso_core.engine.scan import upcast  # noqa: E402
 
 SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48)}  # (d_model, n_layer), config.json
 
@@ -67,7 +67,7 @@ def build(shape: str, device: str, dtype: torch.dtype, rows: int):
     model = make_model(shape, device, dtype)
     if shape == "demo":
         from picaso_core.data import load_corpus
-        from picaso_core.evaluate import METHODS, _build_state
+        from picaso_core.analysis.evaluate import METHODS, _build_state
 
         s = load_corpus("demo", "test").samples[0]
         tok = model.tokenizer
@@ -159,7 +159,7 @@ def click(model, args) -> None:
     stops) as it is now (generation batched) and with the pre-issue-21 generation swapped in (one
     method at a time, a scan forward per token). The app's click adds retrieval and the UI."""
     from picaso_core.data import load_corpus
-    from picaso_core.evaluate import run_methods
+    from picaso_core.analysis.evaluate import run_methods
 
     s = load_corpus("demo", "test").samples[1]
     tok = model.tokenizer
@@ -168,7 +168,7 @@ def click(model, args) -> None:
     q, c = tok.encode(s.query), tok.encode(s.continuation)
 
     def before():  # run_methods as before issue 21: a scoring forward, then one method at a time, scan/token
-        import picaso_core.decode as decode
+        import picaso_core.engine.decode as decode
 
         def old_score_and_generate(model, p, cont, states, max_new_tokens, timings=None, **kw):
             t0 = time.perf_counter()

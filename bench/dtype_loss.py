@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.evaluate import METHODS, evaluate_samples  # noqa: E402
-from picaso_core.loading import load_model  # noqa: E402
-from picaso_core.experiments import CONTEXT_SUFFIX  # noqa: E402  (the app store's suffix too)
+from picaso_core.analysis.evaluate import METHODS, evaluate_samples  # noqa: E402
+from picaso_core.engine.loading import load_model  # noqa: E402
+from picaso_core.analysis.experiments import CONTEXT_SUFFIX  # noqa: E402  (the app store's suffix too)
 
 
 def main() -> None:

@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from picaso_core import finetune as FT  # noqa: E402
-from picaso_core.loading import load_model  # noqa: E402
+from picaso_core.finetune import train as FT  # noqa: E402
+from picaso_core.engine.loading import load_model  # noqa: E402
 
 
 def saved_bytes(objective, batch) -> int:
@@ -137,8 +137,8 @@ def main(argv=None) -> None:
         examples = examples[:args.batch]
     else:
         from picaso_core.data import DEMO_DATA_DIR, load_corpus
-        from picaso_core.rankers import EmbeddingRanker
-        from picaso_core.retrieval import Retriever, SentenceEmbedder
+        from picaso_core.retrieval.rankers import EmbeddingRanker
+        from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder
 
         corpus = load_corpus("demo", "test")
         retriever = Retriever.cached(corpus.database, SentenceEmbedder(), None,

@@ -4,7 +4,7 @@
     python bench/scan_scaling.py --quick     # the demo model's layer shape, shorter sequences
     python bench/scan_scaling.py --device cuda
 
-The chunked SSD scan (picaso_core.scan.ssd_scan_chunked) passes states between its c chunks in one
+The chunked SSD scan (picaso_core.engine.scan.ssd_scan_chunked) passes states between its c chunks in one
 of two forms (`scan._pass_states`, chosen per device by `scan.PASS_FORM`):
   sequential  one chunk at a time, as mamba_ssm's state-passing kernel does: O(c), c small ops;
   segsum      ssd_minimal.py's (the Mamba-2 paper's listing) [c, c] decay matrix: O(c^2), one matmul.
@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core import scan  # noqa: E402
+from picaso_core.engine import scan  # noqa: E402
 
 
 def pass_states_prefix(chunk_states, log_decay, h0):

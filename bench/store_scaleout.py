@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from picaso_core import ModelConfig  # noqa: E402
-from picaso_core.store import DTYPES, StateStore  # noqa: E402
-from picaso_core.store_build import build_store  # noqa: E402
+from picaso_core.store.store import DTYPES, StateStore  # noqa: E402
+from picaso_core.store.build import build_store  # noqa: E402
 
 # (name, d_model, n_layer, parameters) of the released checkpoints
 SHAPES = [("mamba2-130m", 768, 24, 130e6), ("mamba2-370m", 1024, 48, 370e6), ("mamba2-2.7b", 2560, 64, 2.7e9)]
@@ -97,7 +97,7 @@ def part_speed(model, contexts, workers: int, tmp: Path, local_threads: list[int
 
 
 def part_dtype(model, corpus, contexts, samples: int, tmp: Path, repeats: int = 3) -> dict:
-    from picaso_core.evaluate import METHODS, METHOD_NAMES, run_methods
+    from picaso_core.analysis.evaluate import METHODS, METHOD_NAMES, run_methods
 
     stores, rows = {}, {}
     chosen = corpus.samples[:samples]
@@ -216,7 +216,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from picaso_core.data import load_corpus
-    from picaso_core.loading import load_model
+    from picaso_core.engine.loading import load_model
 
     model = load_model(args.model, device=args.device)
     model.name_or_path = args.model

@@ -1,6 +1,6 @@
 """The experiments' main sweep, every state built on its own vs shared prefixes, side by side.
 
-`python -m picaso_core.experiments` builds, for each sample and k = 1..10, Concat (k - 1 contexts
+`python -m picaso_core.analysis.experiments` builds, for each sample and k = 1..10, Concat (k - 1 contexts
 after the first one's stored state) and PICConcat-R (k rotations of all k contexts: k² contexts).
 With `--timed-samples N` only the first N samples do so (their times feed fig. 3 right and fig.
 5); the others build both for all their k at once from shared prefixes
@@ -29,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from picaso_core import experiments as E  # noqa: E402
+from picaso_core.analysis import experiments as E  # noqa: E402
+from picaso_core.retrieval import rankers as R  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.loading import load_model  # noqa: E402
-from picaso_core.store import StateStore  # noqa: E402
+from picaso_core.engine.loading import load_model  # noqa: E402
+from picaso_core.store.store import StateStore  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -47,11 +48,11 @@ def main(argv=None) -> None:
     corpus = load_corpus("demo", "test")
     samples = corpus.samples[: args.samples]
     ks = E.parse_ks(args.ks)
-    ranker = E.make_ranker("bm25", corpus.database)
+    ranker = R.make_ranker("bm25", corpus.database)
     with tempfile.TemporaryDirectory() as tmp:
         store = StateStore.build(model, [], Path(tmp) / "store", suffix=E.CONTEXT_SUFFIX, progress=False)
         source = E.ContextSource.from_store(store, corpus.database, progress=False)
-        ids = {c for s in samples for c in E.rank_sample(ranker, s, max(ks))}
+        ids = {c for s in samples for c in R.rank_sample(ranker, s, max(ks))}
         source.prepare(sorted(ids))  # the database build: not timed, as in the CLI
         times: dict[str, list[float]] = {"every state on its own": [], "shared prefixes": []}
         logs = {}

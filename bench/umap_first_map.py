@@ -27,7 +27,7 @@ import numpy as np
 t = time.perf_counter()
 import umap  # noqa: F401
 imp = time.perf_counter() - t
-from picaso_core import soup
+from picaso_core.analysis import soup
 if sys.argv[1] == "off":
     soup._UMAP_CACHED = True  # as before: umap's functions stay uncached
 x = np.random.default_rng(0).normal(size=(240, 64)).astype(np.float32)

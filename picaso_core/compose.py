@@ -49,7 +49,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from picaso_core.state import ContextState
+from picaso_core.engine.state import ContextState
 
 METHODS = ("soup", "caso", "picaso_s", "picaso_r", "weighted")
 TOKEN_METHODS = ("concat", "picconcat_r")

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from picaso_core.data.jsonl import write_chunks, write_samples  # noqa: E402
 from picaso_core.data.demo_world import World, build_world, qa_sample, render_concat, retrieval_sample, training_examples  # noqa: E402
 from picaso_core.data.skills import format_demos, load_skill_tasks  # noqa: E402
-from picaso_core.tokenizer import save, train_bpe  # noqa: E402
+from picaso_core.engine.tokenizer import save, train_bpe  # noqa: E402
 
 N_ENTITIES = 240  # per split; the first N_RETRIEVAL get a retrieval sample each
 N_RETRIEVAL = 200
@@ -98,7 +98,7 @@ def write_embeddings(data_dir: Path) -> None:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from picaso_core.data.jsonl import read_chunks
-    from picaso_core.retrieval import Retriever, SentenceEmbedder
+    from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder
 
     embedder = SentenceEmbedder()
     for split in ("train", "test"):

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from picaso_core.lab.coffee import main  # noqa: E402
+from picaso_core.lab.coffee.cli import main  # noqa: E402
 
 OUT = ROOT / "assets" / "coffee" / "results.json"
 IH = "--task ih --batch 128 --steps 20000 --eval-every 200 --eval-size 10000 --stop-accuracy 0.99"

@@ -7,7 +7,7 @@
    candidate contexts, ordered by all-MiniLM-L6-v2 similarity to the query with the most relevant
    LAST (the paper's best-case Concat order); every method's mean continuation loss.
 2. QA in the MS MARCO shape: the same on answers given their candidate passages.
-3. In-context skills (picaso_core/skill_eval.py): greedy exact match on EVERY test item of each
+3. In-context skills (picaso_core/analysis/skill_eval.py): greedy exact match on EVERY test item of each
    task after k = 0, 1, 4, 16 demonstrations drawn from its train items; the label-shuffled
    variants at k = 16 (a model that follows the relation scores low there).
 4. `--curve DIR`: the skill accuracy of each checkpoint in DIR (train_demo.py --keep-checkpoints),
@@ -34,11 +34,11 @@ from picaso_core import load_model  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.data.demo_world import CONTEXT_SEP  # noqa: E402
 from picaso_core.data.demo_world import MIXES  # noqa: E402
-from picaso_core.skill_eval import mean_accuracy, skill_accuracy  # noqa: E402
-from picaso_core.evaluate import METHOD_NAMES, METHODS, evaluate_samples  # noqa: E402
+from picaso_core.analysis.skill_eval import mean_accuracy, skill_accuracy  # noqa: E402
+from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS, evaluate_samples  # noqa: E402
 from picaso_core.data.skills import load_skill_tasks  # noqa: E402
-from picaso_core.loading import DEMO_MODEL_DIR  # noqa: E402
-from picaso_core.retrieval import Retriever  # noqa: E402
+from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
+from picaso_core.retrieval.retriever import Retriever  # noqa: E402
 
 SKILL_KS = (0, 1, 4, 16)
 SHUFFLED_K = 16
@@ -99,7 +99,7 @@ def skill_eval(model, seed: int, max_items: int | None = None) -> dict:
             "mean": mean_accuracy(base), "mean_shuffled": mean_accuracy(shuffled)[SHUFFLED_K]}
 
 
-SKILLS_HEAD = """### In-context skills (greedy exact match on every held-out item; `picaso_core/skill_eval.py`)
+SKILLS_HEAD = """### In-context skills (greedy exact match on every held-out item; `picaso_core/analysis/skill_eval.py`)
 Demonstrations from each task's train items, the query from its test items (known to the model as
 facts from the knowledge passages, never demonstrated); k = 0 is the bare `question →` line; the
 shuffled column asks the same questions after 16 demonstrations with permuted labels and expects the
@@ -147,7 +147,7 @@ def _init_line(a: dict) -> str:
     if a.get("init"):
         return f"continued from {a['init']}"
     if a.get("init_scheme", "default") == "mimetic":
-        return (f"mimetic (`picaso_core/init.py`, Trockman et al. 2024; key length {a.get('key_len', 1)}): every layer "
+        return (f"mimetic (`picaso_core/engine/init.py`, Trockman et al. 2024; key length {a.get('key_len', 1)}): every layer "
                 "starts as linear attention with a previous-token key, so copying from context is learnt in "
                 "minutes instead of having to emerge")
     return "mamba_ssm's default"
@@ -189,7 +189,7 @@ def model_card(folder: Path, ev: dict, note: str = "") -> str:
     else:  # an eval.json written before skill_eval.py: random draws of test items, no k = 0 or shuffled probe
         skills_md = skill_table({t: {int(k): v for k, v in a.items()} for t, a in sk.items()})
         skills_head = (f"### In-context skills (greedy exact match, {ev.get('skill_queries', '?')} random held-out "
-                       "queries per task and k; evaluated before `picaso_core/skill_eval.py` existed)")
+                       "queries per task and k; evaluated before `picaso_core/analysis/skill_eval.py` existed)")
         skills_tail = ("The knowledge tasks cannot be answered: their held-out items occur nowhere in this model's "
                        "training data (README: the v2 attempt).")
     curve = ", ".join(f"{s}: {l:.2f}" for s, l in losses[:: max(1, len(losses) // 8)] + losses[-1:]) if losses else "-"

@@ -13,7 +13,7 @@ Runs (PICASO sec. 6.3.2, table 1 rows 2-5), each a folder under --work in the bu
     bptc-qa, bp2c-qa                 the bundled train QA split, all passages of each question
 BPTC and BP2C of one data kind run the same number of steps. Everything trained is of the train
 split (entity names of one split never occur in the other; checked); evaluation uses the test
-split (picaso_core.finetune_eval). An interrupted run resumes from its last checkpoint.
+split (picaso_core.finetune.evaluate). An interrupted run resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from picaso_core import finetune as FT  # noqa: E402
-from picaso_core.loading import ASSETS, load_model  # noqa: E402
+from picaso_core.finetune import train as FT  # noqa: E402
+from picaso_core.engine.loading import ASSETS, load_model  # noqa: E402
 
 RUNS = {"bptc-retrieval": ("bptc", "retrieval"), "bp2c-retrieval": ("bp2c", "retrieval"),
         "bptc-qa": ("bptc", "qa"), "bp2c-qa": ("bp2c", "qa")}
@@ -56,8 +56,8 @@ def train_corpus(n_samples: int, seed: int):
 def examples_for(model, data: str, args):
     """Training examples of `data` kind, their corpus checked disjoint from the test split."""
     from picaso_core.data import DEMO_DATA_DIR, load_corpus
-    from picaso_core.rankers import EmbeddingRanker
-    from picaso_core.retrieval import Retriever, SentenceEmbedder
+    from picaso_core.retrieval.rankers import EmbeddingRanker
+    from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder
 
     work = Path(args.work) / "data"
     work.mkdir(parents=True, exist_ok=True)
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
 
         torch.set_num_threads(args.threads)
     if args.only == "card":
-        from picaso_core import finetune_eval as FE
+        from picaso_core.finetune import evaluate as FE
 
         FE.write_card(SHIP_DIR, json.loads((SHIP_DIR / "finetune_eval.json").read_text()),
                       "python scripts/finetune_demo.py" + training_flags(argv))
@@ -169,7 +169,7 @@ def main(argv=None) -> None:
             if (args.objective in (None, obj)) and (args.data in (None, data)):
                 run_one(name, args)
     if args.only in ("eval", "all"):
-        from picaso_core import finetune_eval as FE
+        from picaso_core.finetune import evaluate as FE
 
         report = FE.evaluate_runs(args.base, {n: Path(args.work) / n for n in RUNS}, Path(args.work) / "eval",
                                   samples=args.eval_samples)

@@ -28,9 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import load_model  # noqa: E402
-from picaso_core.attribution import LOO_METHODS, PAPER_TABLE4, attribution_precision, summarize_precision  # noqa: E402
+from picaso_core.analysis.attribution import LOO_METHODS, PAPER_TABLE4, attribution_precision, summarize_precision  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.loading import DEMO_MODEL_DIR  # noqa: E402
+from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
 from picaso_core.ui.resources import CONTEXT_SUFFIX  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def main() -> None:
     chance = sum(len(s.gold_ids) / len(s.contexts) for s in samples) / len(samples)
     ns = sorted({len(s.contexts) for s in samples})
     order = sorted((m for m in methods if m != "surrogate"), key=lambda m: -res.precision[m])
-    from picaso_core.attribution import NAMES
+    from picaso_core.analysis.attribution import NAMES
 
     order_line = " > ".join(f"{'LOI' if m == 'loi' else NAMES[m]} {res.precision[m]:.3f}" for m in order)
     pr, pc = res.precision.get("picaso_r"), res.precision.get("concat")

@@ -26,14 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core import load_model, soup  # noqa: E402
+from picaso_core import load_model
+
+from picaso_core.analysis import soup  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.loading import DEMO_MODEL_DIR  # noqa: E402
+from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
 from picaso_core.ui import soup_tab  # noqa: E402
 
 KS = (1, 2, 4, 8, 16)

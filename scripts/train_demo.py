@@ -29,10 +29,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import ModelConfig, SSMLanguageModel, load_model  # noqa: E402
-from picaso_core.init import mimetic_init_  # noqa: E402
+from picaso_core.engine.init import mimetic_init_  # noqa: E402
 from picaso_core.data.demo_world import CONTEXT_SEP, MIXES, render_parts, training_examples  # noqa: E402
-from picaso_core.loading import ASSETS, save_model  # noqa: E402
-from picaso_core.tokenizer import Tokenizer  # noqa: E402
+from picaso_core.engine.loading import ASSETS, save_model  # noqa: E402
+from picaso_core.engine.tokenizer import Tokenizer  # noqa: E402
 
 
 def demo_config(vocab_size: int) -> ModelConfig:
@@ -109,7 +109,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--key-len", type=int, default=1, help="mimetic init: tokens per induction key")
     ap.add_argument("--init-scheme", choices=("mimetic", "default"), default="mimetic",
-                    help="mimetic (picaso_core/init.py: layers start as previous-token-key linear attention, "
+                    help="mimetic (picaso_core/engine/init.py: layers start as previous-token-key linear attention, "
                     "so copying from context is learnt in minutes) or mamba_ssm's default; ignored with --init")
     ap.add_argument("--mix", choices=sorted(MIXES), default="v4", help="document shares of the stream "
                     "(demo_world.MIXES): v4 trained the bundled model; v1 the first one (weak skills); v2 and v3 "

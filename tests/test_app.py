@@ -22,7 +22,7 @@ import torch
 
 import app
 from picaso_core.data import RetrievalSample, write_samples
-from picaso_core.store import StoreError
+from picaso_core.store.store import StoreError
 from picaso_core.ui import compose_tab
 from picaso_core.ui.resources import limit_corpus, load_resources
 from test_retrieval import BagOfWords
@@ -237,7 +237,7 @@ def test_demo_ships_the_embeddings_of_its_databases():
     """The shipped files cover each split's database with unchanged texts, so a first start embeds
     nothing; their rows are MiniLM's embeddings of those texts (checked on a few)."""
     from picaso_core.data import load_corpus
-    from picaso_core.retrieval import SentenceEmbedder, _text_hash, read_embeddings
+    from picaso_core.retrieval.retriever import SentenceEmbedder, _text_hash, read_embeddings
     from picaso_core.ui.resources import shipped_embeddings
 
     for split in ("train", "test"):

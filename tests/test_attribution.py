@@ -1,4 +1,4 @@
-"""Attribution (picaso_core/attribution.py) against brute-force references on tiny random models.
+"""Attribution (picaso_core/analysis/attribution.py) against brute-force references on tiny random models.
 
 LOO with a state method = compose each subset with `compose` and score it alone with
 `continuation_loss`; Concat-LOO = each subset's concatenation processed from scratch; LOI = each
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from picaso_core.attribution import (LOO_METHODS, STATE_METHODS, ablation_surrogate, attribution_precision,
+from picaso_core.analysis.attribution import (LOO_METHODS, STATE_METHODS, ablation_surrogate, attribution_precision,
                                      compose_subsets, leave_one_in, leave_one_out, leave_one_out_tokens, surrogate)
 from picaso_core.compose import compose, compose_tokens
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import app
-from picaso_core.attribution import leave_one_in, leave_one_out
+from picaso_core.analysis.attribution import leave_one_in, leave_one_out
 from picaso_core.ui import attribution_tab
 from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)
 

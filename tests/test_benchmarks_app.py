@@ -9,7 +9,7 @@ import math
 import gradio as gr
 import pytest
 
-from picaso_core.evaluate import METHODS
+from picaso_core.analysis.evaluate import METHODS
 from picaso_core.ui import benchmarks_tab as B
 from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)
 

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from picaso_core import experiments as E
+from picaso_core.plots.report import write_report
 from picaso_core.ui import benchmarks_tab as B
 from test_app import app_url  # noqa: F401
 from test_browser import browser, layout_problems  # noqa: F401
@@ -54,7 +54,7 @@ def test_report_html_opens_offline_with_every_figure(browser, tmp_path):  # noqa
 
     summary = B.load_shipped()
     path = tmp_path / "report.html"
-    E.write_report(summary, path)
+    write_report(summary, path)
     browser.get(path.as_uri())
     n_figs = len(B.P.all_figures(summary))
     drawn = WebDriverWait(browser, 60).until(

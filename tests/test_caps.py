@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 
 from test_app import _SERVED, app_url  # noqa: F401  (the launched app, a session fixture)
 

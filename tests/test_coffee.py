@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from picaso_core.lab.coffee import S6, Coffee, DigitsModel, IHModel, coffee_scan, n_params
+from picaso_core.lab.coffee.model import S6, Coffee, DigitsModel, IHModel, coffee_scan, n_params
 from picaso_core.lab import tasks, training
 from picaso_core.lab.tasks import IHTask, check_ih, digits_data, ih0_sequences, ih_batch
 from picaso_core.lab.training import LabConfig, Run, train_iter
@@ -286,7 +286,7 @@ def test_ih_test_set_is_held_out_and_reported():
     (["--augment"], "--augment does not apply"),
 ])
 def test_cli_refuses_flags_that_do_not_apply(flags, match, capsys):
-    from picaso_core.lab.coffee import main
+    from picaso_core.lab.coffee.cli import main
 
     with pytest.raises(SystemExit) as e:
         main(flags + ["--steps", "1"])
@@ -313,6 +313,6 @@ def test_ih0_json_config_shows_only_what_applies():
 
 
 def test_engine_does_not_import_the_lab():
-    code = "import sys, picaso_core, picaso_core.model, picaso_core.compose; print(any(m.startswith('picaso_core.lab') for m in sys.modules))"
+    code = "import sys, picaso_core, picaso_core.engine.model, picaso_core.compose; print(any(m.startswith('picaso_core.lab') for m in sys.modules))"
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.stdout.strip() == "False", p.stderr

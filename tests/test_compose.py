@@ -14,7 +14,7 @@ from conftest import tiny_model
 from picaso_core import ContextState
 from picaso_core.compose import (METHODS, caso_weights, compose, compose_tokens, composition_weights,
                                  decay_mix, picaso_r_weights, picaso_s_weights, weighted_sum)
-from picaso_core.scan import selective_scan_ref, ssd_scan_ref
+from picaso_core.engine.scan import selective_scan_ref, ssd_scan_ref
 
 F64 = torch.float64
 STATE_METHODS = ("soup", "caso", "picaso_s", "picaso_r")

@@ -31,7 +31,7 @@ from picaso_core.data import hub
 from picaso_core.data.demo_world import MIXES, build_world, qa_sample, retrieval_sample
 from picaso_core.data.skills import ARROW, SHUFFLED_SUFFIX
 from picaso_core.data.world import COMPANY_SUFFIXES, ENTITY_TYPES, draw_value, mentions, name_split
-from picaso_core.tokenizer import HUB_TIMEOUT_S
+from picaso_core.engine.tokenizer import HUB_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 

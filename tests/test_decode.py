@@ -137,7 +137,7 @@ def demo():
 
 def test_demo_generate_batch_equals_per_method_generate_for_all_seven_methods(demo):
     """The Compose & compare case: the 7 methods' states of one demo sample, greedy."""
-    from picaso_core.evaluate import METHODS, _build_state, run_methods
+    from picaso_core.analysis.evaluate import METHODS, _build_state, run_methods
 
     model, s = demo
     tok = model.tokenizer
@@ -156,7 +156,7 @@ def test_score_and_generate_reads_the_query_once_for_both(family):
     """score_and_generate = continuation_losses + generate_batch (the prefill shared): losses equal
     to float rounding, generations identical, from states of different lengths (the empty one too),
     for a one-token continuation as well; timings split into scoring and generation."""
-    from picaso_core.decode import score_and_generate
+    from picaso_core.engine.decode import score_and_generate
 
     m = tiny_model(family)
     states = [m.encode_context(_ids(n, seed=20 + n)) for n in CONTEXT_LENGTHS]
@@ -181,7 +181,7 @@ def test_score_and_generate_reads_the_query_once_for_both(family):
 def test_state_update_in_blocks_equals_its_reference(shape, dtype, tol, monkeypatch):
     """scan.state_update's CPU path (blocks of heads / rows kept in cache) equals state_update_ref,
     with blocks of one head, of a few heads that straddle rows, and of the whole batch."""
-    from picaso_core import scan
+    from picaso_core.engine import scan
 
     g = torch.Generator().manual_seed(3)
     r = lambda *s: torch.randn(*s, generator=g, dtype=dtype)  # noqa: E731
@@ -227,7 +227,7 @@ def test_compose_click_uses_the_fewest_forwards(demo):
     """run_methods with 7 methods: the query and the continuation are each ONE 7-row forward, and
     generation is 7-row steps (one per token after the first); no per-method generate. A return to
     per-method generation or scoring makes more, or 1-row, forwards."""
-    from picaso_core.evaluate import METHODS, run_methods
+    from picaso_core.analysis.evaluate import METHODS, run_methods
 
     assert len(METHODS) == 7
     model = load_model("demo")  # a fresh instance: the spies are set on it
@@ -261,7 +261,7 @@ def test_compose_click_uses_the_fewest_forwards(demo):
 def test_two_task_mix_generates_in_one_batch(tiny_model_dir, monkeypatch):
     """soup.two_task_mix generates for all its weights in ONE generate_batch call (the attribution
     answer's single call: tests/test_attribution_app.py)."""
-    from picaso_core import soup
+    from picaso_core.analysis import soup
 
     model = load_model(str(tiny_model_dir))
     calls = []

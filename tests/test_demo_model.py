@@ -7,8 +7,8 @@ import pytest
 
 from picaso_core import load_model
 from picaso_core.data import load_corpus
-from picaso_core.evaluate import evaluate_samples
-from picaso_core.loading import DEMO_MODEL_DIR
+from picaso_core.analysis.evaluate import evaluate_samples
+from picaso_core.engine.loading import DEMO_MODEL_DIR
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_knows_its_skills_from_demonstrations_on_held_out_items(demo):
     """The first 5 held-out items of each of the 10 base tasks (50 queries), greedy exact match:
     16 demonstrations (drawn from train items only) reach at least 40% (the card reports every
     test item), and 1 demonstration reaches fewer."""
-    from picaso_core.skill_eval import mean_accuracy, skill_accuracy
+    from picaso_core.analysis.skill_eval import mean_accuracy, skill_accuracy
 
     model, _ = demo
     t = time.perf_counter()

@@ -9,8 +9,8 @@ import torch
 
 import app
 from picaso_core.data import load_corpus
-from picaso_core.evaluate import METHODS, evaluate_samples
-from picaso_core.experiments import CONTEXT_SUFFIX
+from picaso_core.analysis.evaluate import METHODS, evaluate_samples
+from picaso_core.analysis.experiments import CONTEXT_SUFFIX
 from picaso_core.ui.resources import load_resources
 
 

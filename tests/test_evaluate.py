@@ -1,4 +1,4 @@
-"""picaso_core.evaluate on tiny random models, mostly through the tokenizer-free path (ids)."""
+"""picaso_core.analysis.evaluate on tiny random models, mostly through the tokenizer-free path (ids)."""
 
 import math
 from types import SimpleNamespace
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from picaso_core.evaluate import METHOD_NAMES, METHODS, evaluate_samples, k_sweep, run_methods
+from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS, evaluate_samples, k_sweep, run_methods
 
 
 def _ids(n, seed):

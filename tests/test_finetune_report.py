@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from picaso_core import finetune_eval as FE
-from picaso_core.finetune_card import model_card
+from picaso_core.finetune.card import PAPER_FIG4, degradations, model_card, report_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "demo_model_bptc"
@@ -29,7 +28,7 @@ def _row(md: str, heading: str, model: str) -> str:
 
 
 def test_fig4_table_has_every_k_with_the_gap_and_flags_gaps_beyond_the_goal(report):
-    md = FE.report_markdown(report)
+    md = report_markdown(report)
     head = "### Fig. 4 analog"
     bptc, base = _row(md, head, "BPTC-retrieval"), _row(md, head, "Base")
     assert "| 0.600 / 0.607 (+1.2%) |" in bptc  # k = 5: within the 2% goal, no flag
@@ -37,27 +36,27 @@ def test_fig4_table_has_every_k_with_the_gap_and_flags_gaps_beyond_the_goal(repo
     assert "0.673 / 0.869 (+29.1%)" in base and "⚠" not in base  # the base is the "before", never flagged
     assert "0.703 / 0.759 (+7.9%) ⚠" in _row(md, head, "BP2C-retrieval")
     assert "| model | k = 0 | k = 1 | k = 2 | k = 3 | k = 5 | k = 7 | k = 10 |" in md[md.index(head):]
-    assert FE.PAPER_FIG4 in md
+    assert PAPER_FIG4 in md
     assert "BPTC-QA" not in md[md.index(head):md.index("### PICASO-R vs Concat")]
 
 
 def test_figures_beyond_the_3_percent_limit_are_flagged(report):
-    over = {(d["model"], d["measure"], d["k"]): round(d["pct"], 1) for d in FE.degradations(report)}
+    over = {(d["model"], d["measure"], d["k"]): round(d["pct"], 1) for d in degradations(report)}
     assert over == {("bp2c-retrieval", "skills", 1): -3.5, ("bp2c-retrieval", "skills", 4): -3.6,
                     ("bptc-qa", "skills", 0): -6.3, ("bp2c-qa", "skills", 0): -7.9}
-    md = FE.report_markdown(report)
+    md = report_markdown(report)
     head = "### Table 2 analog"
     assert "88% (-3.3 ± 1.9, p = 0.18) ⚠ -3.6%" in _row(md, head, "BP2C-retrieval")
     assert "⚠" not in _row(md, head, "BPTC-retrieval")  # the shipped model: -2.8% at worst
     assert "Beyond the 3% limit: BP2C-retrieval skills k = 1 (-3.5% of the base's" in md
     worse = copy.deepcopy(report)  # an LM loss 4% above the base's is flagged too
     worse["models"]["bptc-retrieval"]["lm_loss"] = 1.04 * report["models"]["base"]["lm_loss"]
-    assert ("bptc-retrieval", "LM loss", None) in {(d["model"], d["measure"], d["k"]) for d in FE.degradations(worse)}
-    assert "| +4.0% ⚠ |" in _row(FE.report_markdown(worse), head, "BPTC-retrieval")
+    assert ("bptc-retrieval", "LM loss", None) in {(d["model"], d["measure"], d["k"]) for d in degradations(worse)}
+    assert "| +4.0% ⚠ |" in _row(report_markdown(worse), head, "BPTC-retrieval")
 
 
 def test_paper_tables_1_and_2_are_printed_as_the_paper_gives_them(report):
-    md = FE.report_markdown(report)
+    md = report_markdown(report)
     assert "| 1 | Mamba2-2.7B Base | 2.42 | 1.42 | 2.04 | 1.56 | 1.52 | 1.52 |" in md
     assert "| 5 | Mamba2-2.7B BPTC-MSMARCO | 1.79 | 0.65 | 1.20 | 0.68 | 0.65 | 0.65 |" in md
     assert "| BPTC-WikiText | 66.7 ± 0.5 | 75.6 ± 1.0 | 64.9 ± 1.0 | 37.2 ± 1.4 | 63.2 ± 1.4 | 40.2 ± 2.2 |" in md
@@ -76,7 +75,7 @@ def test_the_card_reports_the_shortfalls_and_is_what_the_code_writes(report):
 
 
 def test_the_script_derives_the_shipped_step_counts_from_one_epoch():
-    from picaso_core import finetune as FT
+    from picaso_core.finetune import train as FT
     from picaso_core.data import load_corpus
 
     spec = importlib.util.spec_from_file_location("finetune_demo", ROOT / "scripts" / "finetune_demo.py")

@@ -5,7 +5,7 @@ Skipped without CUDA and the optional kernels (requirements-gpu.txt)."""
 import pytest
 import torch
 
-from picaso_core import scan
+from picaso_core.engine import scan
 from tests.conftest import TINY_VOCAB, tiny_model
 
 kernels = scan.gpu_kernels_available()
@@ -77,7 +77,7 @@ def test_decode_step_on_gpu_matches_cpu(family):
 def test_cuda_graph_decode_equals_eager(monkeypatch):
     """The CUDA-graph decode (captured once per batch size, replayed per token) gives the eager
     path's tokens, also when a second call reuses the captured graph with other states."""
-    from picaso_core import decode
+    from picaso_core.engine import decode
 
     m = tiny_model("Mamba2").to("cuda")
     states = [None, m.encode_context(torch.randint(0, TINY_VOCAB, (9,)))]

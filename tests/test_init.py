@@ -1,4 +1,4 @@
-"""Mimetic initialisation (picaso_core/init.py): the layer it builds, and that it makes copying from
+"""Mimetic initialisation (picaso_core/engine/init.py): the layer it builds, and that it makes copying from
 context learnable in a few steps where mamba_ssm's default init is still at chance."""
 
 import math
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from picaso_core import ModelConfig, SSMLanguageModel
-from picaso_core.init import mimetic_init_
+from picaso_core.engine.init import mimetic_init_
 
 
 def small(layer="Mamba2", seed=0, d_model=64, n_layer=2):

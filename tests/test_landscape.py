@@ -1,4 +1,4 @@
-"""Loss landscapes between states (picaso_core.landscape): planes, lines, prop. 4, on tiny models."""
+"""Loss landscapes between states (picaso_core.analysis.landscape): planes, lines, prop. 4, on tiny models."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from conftest import tiny_model
 from picaso_core.compose import compose
-from picaso_core.landscape import (PlaneGeometry, PlaneInput, average_planes, fig2_anchors, line, plane,
+from picaso_core.analysis.landscape import (PlaneGeometry, PlaneInput, average_planes, fig2_anchors, line, plane,
                                    prop4_distances, prop4_table, score_weights)
 
 QUERY = [5, 17, 40, 3, 99]
@@ -180,7 +180,7 @@ def test_prop4_unsquared_bound_per_layer(setup):
 
 
 def test_fig2_average_and_summary(setup):
-    from picaso_core.landscape import fig2
+    from picaso_core.analysis.landscape import fig2
 
     model, states = setup
     ids = contexts()
@@ -201,7 +201,7 @@ def test_fig2_average_and_summary(setup):
 
 
 def test_chunk_rows_bounds_state_bytes_and_positions_per_forward():
-    from picaso_core.landscape import STATE_BUDGET, TOKEN_BUDGET, chunk_rows
+    from picaso_core.analysis.landscape import STATE_BUDGET, TOKEN_BUDGET, chunk_rows
 
     model = tiny_model("Mamba2")
     by_bytes = STATE_BUDGET // model.config.state_nbytes()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from picaso_core import ModelConfig, load_model
-from picaso_core.loading import save_model
+from picaso_core.engine.loading import save_model
 from tests.conftest import TINY_VOCAB, tiny_model
 
 transformers = pytest.importorskip("transformers")

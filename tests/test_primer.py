@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from conftest import tiny_model
 from picaso_core.lab import primer as lab
-from picaso_core.scan import state_update
+from picaso_core.engine.scan import state_update
 
 TOL = {torch.float64: 1e-5, torch.float32: 1e-4}
 

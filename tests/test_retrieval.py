@@ -7,8 +7,8 @@ import zlib
 import pytest
 import torch
 
-from picaso_core.retrieval import Retriever, SentenceEmbedder, minilm_path
-from picaso_core.store import StateStore
+from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, minilm_path
+from picaso_core.store.store import StateStore
 from test_store import tiny_model
 
 PASSAGES = [

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from picaso_core.scan import (causal_conv, selective_scan, selective_scan_ref, ssd_scan_chunked,
+from picaso_core.engine.scan import (causal_conv, selective_scan, selective_scan_ref, ssd_scan_chunked,
                               ssd_scan_ref)
 
 TOL = {torch.float32: 2e-5, torch.float64: 1e-12}
@@ -106,7 +106,7 @@ def test_inter_chunk_pass_matches_the_segsum_form(c):
     """The inter-chunk pass (one chunk at a time) against ssd_minimal.py's segsum form (the decay
     between every two chunks, exp of a masked cumulative sum), with decays from ~1 down to
     underflow (log decay -800)."""
-    from picaso_core.scan import _pass_states_segsum, _pass_states_sequential
+    from picaso_core.engine.scan import _pass_states_segsum, _pass_states_sequential
 
     torch.manual_seed(c)
     cs = torch.randn(2, c, 3, 2, 4, 5, dtype=torch.float64)
@@ -135,7 +135,7 @@ def test_scan_with_either_pass_form_matches_reference(monkeypatch, form):
     """The whole scan with the inter-chunk pass forced to each form (scan.PASS_FORM: CUDA uses
     segsum, the CPU sequential), in blocks of two chunks and in one piece: outputs, state, decay
     and gradients equal the step-by-step reference."""
-    from picaso_core import scan
+    from picaso_core.engine import scan
 
     monkeypatch.setitem(scan.PASS_FORM, "cpu", form.split()[0])
     if form.endswith("limit"):  # more chunks than SEGSUM_MAX_CHUNKS: the sequential fallback
@@ -175,7 +175,7 @@ def test_long_sequence_many_chunks_matches_reference():
 def test_blocks_of_chunks_change_nothing(monkeypatch, elements):
     """Long sequences run in blocks of chunks, the state carried across: forced down to one or two
     chunks per block, output, state, decay and gradients equal the reference's."""
-    from picaso_core import scan
+    from picaso_core.engine import scan
 
     kw = _ssd_inputs(b=2, l=37, h=4, dtype=torch.float64)  # chunk 8: 5 chunks (the last one padded)
     whole = ssd_scan_chunked(chunk_size=8, **kw)

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from picaso_core.data.skills import ARROW, load_skill_tasks
-from picaso_core.skill_eval import mean_accuracy, skill_accuracy, skill_prompt
+from picaso_core.analysis.skill_eval import mean_accuracy, skill_accuracy, skill_prompt
 
 TRAIN = load_skill_tasks("train")
 TEST = load_skill_tasks("test")

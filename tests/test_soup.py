@@ -1,4 +1,4 @@
-"""State Soup lab (picaso_core.soup) and the tab's handlers, on tiny random models; no server.
+"""State Soup lab (picaso_core.analysis.soup) and the tab's handlers, on tiny random models; no server.
 
 Two tasks (and their shuffled twins), 3 states each keep the library small: the invariants do not
 need a trained model.
@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from picaso_core import load_model, soup
+from picaso_core import load_model
+
+from picaso_core.analysis import soup
 from picaso_core.compose import compose
-from picaso_core.data.skills import format_demos, load_skill_tasks
+from picaso_core.data.skills import load_skill_tasks
 from picaso_core.plots import soup as plots
-from picaso_core.store import StateStore
+from picaso_core.store.store import StateStore
 
 TASKS = ["antonym", "counting"]
 
@@ -244,7 +246,7 @@ def test_a_decay_is_exact_for_the_ssm_of_the_first_layer(model):
     with c1's conv window (layer 0's input depends on no state but that window); deeper layers and
     a c2 read from scratch only approximately."""
     from picaso_core.compose import decay_mix
-    from picaso_core.state import ContextState
+    from picaso_core.engine.state import ContextState
 
     tok = model.tokenizer
     ids = tok.encode("cat → cats\ndog → dogs\nrun → ran\nhappy → sad\n")

@@ -10,7 +10,9 @@ import types
 import numpy as np
 import pytest
 
-from picaso_core import load_model, soup
+from picaso_core import load_model
+
+from picaso_core.analysis import soup
 from picaso_core.plots import soup as plots
 from picaso_core.ui import soup_tab
 

@@ -148,7 +148,7 @@ def test_picaso_device_cuda_on_the_cpu_image_names_the_fix():
     the GPU image's build argument, not torch's bare AssertionError."""
     import torch
 
-    from picaso_core.loading import load_model
+    from picaso_core.engine.loading import load_model
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")

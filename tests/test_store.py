@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from picaso_core import ModelConfig, SSMLanguageModel
-from picaso_core.store import CorruptShardError, StateStore, StoreError
+from picaso_core.store.store import CorruptShardError, StateStore, StoreError
 
 
 class ByteTokenizer:

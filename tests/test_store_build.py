@@ -1,4 +1,4 @@
-"""The store build (picaso_core.store_build) and what it adds to StateStore: the Ray engine equals the
+"""The store build (picaso_core.store.build) and what it adds to StateStore: the Ray engine equals the
 local one and the app opens its store; half-precision states; stores at fsspec URLs; a missing
 worker shard or a shard of another model named; an interrupted build resumed without re-encoding."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from picaso_core.store import CorruptShardError, StateStore, StoreError
-from picaso_core.store_build import ShardEncoder, build_store, main, write_index
+from picaso_core.store.store import CorruptShardError, StateStore, StoreError
+from picaso_core.store.build import ShardEncoder, build_store, main, write_index
 from test_store import CONTEXTS, tiny_model
 
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}  # ~4 ulps of each format's 11 / 8 mantissa bits
@@ -35,7 +35,7 @@ def assert_same_store(a: StateStore, b: StateStore, rtol=1e-5, atol=1e-6):
 def test_ray_build_equals_local_build_and_the_app_opens_it(tmp_path):
     ray = pytest.importorskip("ray")
     from picaso_core.data import load_corpus
-    from picaso_core.loading import load_model
+    from picaso_core.engine.loading import load_model
     from picaso_core.ui.resources import load_resources
     from test_retrieval import BagOfWords
 
@@ -271,14 +271,14 @@ def test_cli_builds_resumes_and_refuses_bad_input(tiny_model_dir, tmp_path, caps
         main(argv[:-4] + ["--dtype", "float16"])
     with pytest.raises(SystemExit, match="--workers applies to --engine ray"):
         main(argv + ["--workers", "3"])
-    from picaso_core.loading import load_model
+    from picaso_core.engine.loading import load_model
 
     assert StateStore.open(tmp_path / "s", load_model(str(tiny_model_dir))).dtype == "bfloat16"
 
 
 def test_app_and_experiments_take_a_prebuilt_store_url(model, tmp_path, monkeypatch):
     import app
-    from picaso_core import experiments
+    from picaso_core.analysis import experiments
     from picaso_core.ui.resources import open_or_build_store
 
     assert app.parse_args([], env={"PICASO_STORE": "s3://bucket/demo"}).store == "s3://bucket/demo"
@@ -296,15 +296,15 @@ def test_app_and_experiments_take_a_prebuilt_store_url(model, tmp_path, monkeypa
 
 
 def test_experiments_cli_checks_its_store_up_front(tiny_model_dir, tmp_path, monkeypatch):
-    """`python -m picaso_core.experiments --store`: a complete URL store runs; a partial one, a
+    """`python -m picaso_core.analysis.experiments --store`: a complete URL store runs; a partial one, a
     mistyped folder or another model's store stop before any work, in one line naming the fix."""
-    from picaso_core import experiments
+    from picaso_core.analysis import experiments
     from picaso_core.data import load_corpus
-    from picaso_core.loading import load_model
+    from picaso_core.engine.loading import load_model
     from test_app import write_corpus
     from test_retrieval import BagOfWords
 
-    monkeypatch.setattr("picaso_core.store.REMOTE_CACHE", tmp_path / "remote")  # URL stores' local copies
+    monkeypatch.setattr("picaso_core.store.store.REMOTE_CACHE", tmp_path / "remote")  # URL stores' local copies
     corpus = write_corpus(tmp_path / "facts.jsonl")
     database = list(load_corpus(str(corpus), "test").database.items())
     tiny = load_model(str(tiny_model_dir))

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from picaso_core.data import load_corpus
-from picaso_core.tokenizer import EOS_TOKEN, Tokenizer, train_bpe
+from picaso_core.engine.tokenizer import EOS_TOKEN, Tokenizer, train_bpe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,7 +134,7 @@ def test_from_hub_fails_fast_without_network(monkeypatch):
     before hf_hub_download's retries could take tens of seconds."""
     import huggingface_hub.constants
 
-    from picaso_core.tokenizer import HUB_TIMEOUT_S
+    from picaso_core.engine.tokenizer import HUB_TIMEOUT_S
 
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)

@@ -5,7 +5,6 @@ import itertools
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 

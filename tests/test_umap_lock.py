@@ -11,7 +11,7 @@ import types
 
 import numpy as np
 
-from picaso_core import soup
+from picaso_core.analysis import soup
 
 
 def test_umap_fits_never_overlap(monkeypatch):

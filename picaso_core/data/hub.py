@@ -18,7 +18,7 @@ import re
 from typing import Iterable
 
 from picaso_core.data.schema import Corpus, RetrievalSample, qa_prompt
-from picaso_core.tokenizer import check_hub_reachable, hub_offline
+from picaso_core.engine.tokenizer import check_hub_reachable, hub_offline
 
 WIKITEXT_REPO, WIKITEXT_CONFIG = "Salesforce/wikitext", "wikitext-2-raw-v1"
 MSMARCO_REPO, MSMARCO_CONFIG = "microsoft/ms_marco", "v2.1"

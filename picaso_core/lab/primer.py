@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from picaso_core.scan import ssd_scan, state_update
+from picaso_core.engine.scan import ssd_scan, state_update
 
 DEFAULT_TOL = 0.01  # "memory" = steps until an input's weight falls below 1% of what it was
 DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096)  # the tab's "measure on this machine" (< 20 s on 2 cores)
@@ -225,7 +225,7 @@ def _recorded_scans():
     The scan inputs (x, Δ, A, B, C after projection and conv) live inside the mixer's forward; reading
     them at the call site means the lab sees exactly what the engine computes, with no copy of the
     mixer's code that could drift. Other threads' calls pass through unrecorded."""
-    import picaso_core.model as engine
+    import picaso_core.engine.model as engine
 
     calls, me = [], threading.get_ident()
 
@@ -460,10 +460,10 @@ def measure_complexity(lengths: Sequence[int] = DEFAULT_LENGTHS, device="cpu", *
                        progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Seconds and peak bytes, per T, of one layer's worth of
         attention_prefill  causal scaled_dot_product_attention over T tokens (H heads of P, float32)
-        ssm_scan           the engine's SSD scan over T tokens (picaso_core.scan.ssd_scan)
+        ssm_scan           the engine's SSD scan over T tokens (picaso_core.engine.scan.ssd_scan)
         attention_step     one new token attending to a KV cache of T tokens
         ssm_step           one recurrent step of the state after T tokens (the engine's
-                           picaso_core.scan.state_update, as Mamba2Mixer.step runs it)
+                           picaso_core.engine.scan.state_update, as Mamba2Mixer.step runs it)
     at the same width (H x P channels; defaults: the demo model), and the log-log slopes of seconds
     ("slopes") and of bytes ("memory_slopes"). The slides expect 2, 1, 1, 0.
 

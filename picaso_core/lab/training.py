@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from picaso_core.lab.coffee import DigitsModel, IHModel, n_params
+from picaso_core.lab.coffee.model import DigitsModel, IHModel, n_params
 from picaso_core.lab.tasks import IH0_PAPER_INIT, IHTask, digits_data, ih0_sequences, ih_batch, roto_translate
 
 TASKS = ("ih", "ih0", "digits")

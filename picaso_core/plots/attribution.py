@@ -1,4 +1,4 @@
-"""Attribution figures from plain data (picaso_core.attribution's scores): per-method bars, a
+"""Attribution figures from plain data (picaso_core.analysis.attribution's scores): per-method bars, a
 contexts x methods heatmap, a contexts x answer-tokens heatmap, precision beside the paper.
 
 Every score is in nats per answer token with one sign: higher = the context matters more

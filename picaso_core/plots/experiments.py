@@ -1,5 +1,5 @@
 """Figures of the experiments (PICASO fig. 3, 5-9, table 1) from a summary dict
-(`picaso_core.experiments.summarize`; summary.json). Shared by report.html and the Benchmarks tab.
+(`picaso_core.analysis.experiments.summarize`; summary.json). Shared by report.html and the Benchmarks tab.
 
 Pure functions of plain data: no Gradio, no model. Each returns a plotly Figure with axis titles
 and units, a legend and hover text.
@@ -12,7 +12,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from picaso_core.summaries import ks_text
+from picaso_core.analysis.summaries import ks_text
 
 NAMES = {"none": "None (baseline)", "concat": "Concat", "soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S",
          "picaso_r": "PICASO-R", "picconcat_r": "PICConcat-R"}

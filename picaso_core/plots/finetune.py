@@ -1,6 +1,6 @@
 """Figures of BPTC / BP2C fine-tuning (PICASO fig. 4, table 1): loss vs k before and after, the
 training loss curve, and a before/after comparison. Pure functions of plain data (the report of
-`picaso_core.finetune_eval`, a trainer history); no Gradio, no model."""
+`picaso_core.finetune.evaluate`, a trainer history); no Gradio, no model."""
 
 from __future__ import annotations
 

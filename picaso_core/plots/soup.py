@@ -1,4 +1,4 @@
-"""Figures of the State Soup lab (picaso_core.soup), from its plain data. No Gradio, no model calls.
+"""Figures of the State Soup lab (picaso_core.analysis.soup), from its plain data. No Gradio, no model calls.
 
     state_map          the library projected to 2-D / 3-D, colour = task, open markers = shuffled
                        labels, hover = the demonstration (paper fig. 1 left, 4, 5)

@@ -163,7 +163,7 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
     (nats per answer token, higher = matters more), top {method: id}, seconds {method: s},
     losses {all: L(S) per method, none: L(empty)}, surrogate {weights, intercept, lds},
     token_deltas [n][T] and token_method."""
-    from picaso_core.attribution import (LOO_METHODS, leave_one_in, leave_one_out_tokens, surrogate,
+    from picaso_core.analysis.attribution import (LOO_METHODS, leave_one_in, leave_one_out_tokens, surrogate,
                                          token_nll)
 
     # every raw input is checked before any model work (the event runs with preprocess=False)
@@ -294,7 +294,7 @@ def figures(data: dict):
 def code_snippets(query, answer, k, picked, methods) -> tuple[str, str]:
     py = (
         "from picaso_core import load_model\n"
-        "from picaso_core.attribution import leave_one_in, leave_one_out, surrogate\n\n"
+        "from picaso_core.analysis.attribution import leave_one_in, leave_one_out, surrogate\n\n"
         "model = load_model('demo'); tok = model.tokenizer\n"
         f"contexts = {list(picked or [])!r}  # ids; texts from the corpus (empty: retrieved top-{int(float(k))})\n"
         "ids = [tok.encode(text + '\\n\\n') for text in texts]  # texts of those contexts\n"
@@ -327,7 +327,7 @@ PRECISION_COLUMNS = ["Method", "Precision", "Paper (table 4)", "Spearman vs Conc
 def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None = None,
                   progress=lambda *a, **kw: None):
     """Table 4's protocol over the first n labelled examples. Returns (table, figure, markdown, data)."""
-    from picaso_core.attribution import PAPER_TABLE4, attribution_precision
+    from picaso_core.analysis.attribution import PAPER_TABLE4, attribution_precision
     from picaso_core.ui.resources import CONTEXT_SUFFIX
 
     ep = "/attribution_precision"

@@ -1,7 +1,7 @@
 """Benchmarks: the paper's experiments (PICASO sec. 6, appendix B) on the loaded model and corpus.
 
 The tab opens on the bundled demo run (assets/benchmarks_summary.json, written by
-`python -m picaso_core.experiments`; regenerate it with the command in SHIPPED_COMMAND) with all its
+`python -m picaso_core.analysis.experiments`; regenerate it with the command in SHIPPED_COMMAND) with all its
 figures and the paper-vs-ours table, and a panel runs a small k-sweep live on the app's model,
 corpus and state store. API endpoint `/benchmarks`:
     Client(url).predict(samples=5, ks="0,1,2,5", methods=[...], retriever="minilm", api_name="/benchmarks")
@@ -15,9 +15,11 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from picaso_core import experiments as E
+from picaso_core.analysis import experiments as E
+from picaso_core.retrieval import rankers as R
+from picaso_core.analysis import summaries as S
 from picaso_core.assets import ASSETS
-from picaso_core.evaluate import METHOD_NAMES, METHODS
+from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS
 from picaso_core.plots import experiments as P
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, id_list, text, whole_number
@@ -26,7 +28,7 @@ from picaso_core.ui.resources import Resources
 
 TITLE = "Benchmarks"
 SHIPPED = ASSETS / "benchmarks_summary.json"
-SHIPPED_COMMAND = ("python -m picaso_core.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo "
+SHIPPED_COMMAND = ("python -m picaso_core.analysis.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo "
                    "--ship assets/benchmarks_summary.json")
 LIVE_RETRIEVERS = ("minilm", "bm25", "random")  # offline; the CLI adds mpnet / GloVe when online
 MAX_SAMPLES, MAX_K = 50, 10  # the live panel stays small (the CLI runs the full protocol)
@@ -51,9 +53,9 @@ def paper_table(summary: dict | None) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     gain = (summary.get("main") or {}).get("gains", {}).get("avg", {})
     qa = {m: r["loss"] for m, r in ((summary.get("qa") or {}).get("methods") or {}).items()}
-    paper = summary.get("paper") or E.PAPER
+    paper = summary.get("paper") or S.PAPER
     rows = []
-    for m in E.TABLE_METHODS:
+    for m in S.TABLE_METHODS:
         pg = paper["wikitext_gain_pct"].get(m)
         rows.append([METHOD_NAMES[m] if m != "none" else "Baseline (none)",
                      None if pg is None else f"{pg:.1f}%",
@@ -73,7 +75,7 @@ def intro(summary: dict | None) -> str:
             f"{m.get('samples')} samples, k = {m.get('ks')}, {len(m.get('methods', []))} methods, "
             f"{m.get('seconds', 0) / 60:.1f} min on {m.get('threads')} CPU thread(s). ")
     if g.get("picaso_r") is not None and g.get("concat") is not None:
-        over = E.ks_text(main.get("gains", {}).get("ks_averaged") or range(1, 11))
+        over = S.ks_text(main.get("gains", {}).get("ks_averaged") or range(1, 11))
         line += (f"**Look at** how close PICASO-R (−{g['picaso_r']:.1f}% loss vs no context, mean over {over}) "
                  f"comes to Concat (−{g['concat']:.1f}%) while composing {r.get('compose') or 0:.0f}× faster, "
                  "and at Concat past the model's training length (up to 50 chunks).")
@@ -89,7 +91,7 @@ def parse_live_ks(value) -> list[int]:
     if not ks:
         raise bad_input("give at least one k, e.g. 0,1,2,5", ENDPOINT)
     if max(ks) > MAX_K:
-        raise bad_input(f"k up to {MAX_K} here (got {max(ks)}); the CLI runs more: python -m picaso_core.experiments "
+        raise bad_input(f"k up to {MAX_K} here (got {max(ks)}); the CLI runs more: python -m picaso_core.analysis.experiments "
                         "--ks 0-50", ENDPOINT)
     return ks
 
@@ -99,8 +101,8 @@ def ranker(res: Resources, name: str):
         raise bad_input(f"unknown retriever {str(name)[:30]!r}: choose one of {', '.join(LIVE_RETRIEVERS)}", ENDPOINT)
     key = (id(res), name)
     if key not in _rankers:
-        _rankers[key] = (E.EmbeddingRanker(res.retriever, "minilm") if name == "minilm"
-                         else E.make_ranker(name, res.database))
+        _rankers[key] = (R.EmbeddingRanker(res.retriever, "minilm") if name == "minilm"
+                         else R.make_ranker(name, res.database))
     return _rankers[key]
 
 
@@ -138,8 +140,8 @@ def check_inputs(res: Resources, samples, ks, methods, retriever):
 
 
 def live_summary(log, sample_ids: list[str], ks: list[int], retriever: str) -> dict:
-    curve = E.curves(log.records.values(), sample_ids, retriever, ks)
-    return {**curve, "gains": E.gains(curve), "concat_over_picaso_r": E.time_ratio(curve),
+    curve = S.curves(log.records.values(), sample_ids, retriever, ks)
+    return {**curve, "gains": S.gains(curve), "concat_over_picaso_r": S.time_ratio(curve),
             "n_samples": len(sample_ids), "retriever": retriever}
 
 
@@ -148,16 +150,17 @@ def snippets(samples: int, ks: str, methods: list[str], retriever: str) -> tuple
         "# the full protocol (all figures, report.html, paper_vs_ours.md):\n"
         f"#   {SHIPPED_COMMAND.split(' --ship')[0]}\n"
         "# this live sweep:\n"
-        "from picaso_core import experiments as E\n"
+        "from picaso_core.analysis import experiments as E, summaries as S\n"
+        "from picaso_core.retrieval import rankers as R\n"
         "from picaso_core.ui.resources import load_resources\n\n"
         "res = load_resources('demo', 'demo')\n"
-        f"ranker = E.EmbeddingRanker(res.retriever) if {retriever!r} == 'minilm' else E.make_ranker({retriever!r}, res.database)\n"
+        f"ranker = R.EmbeddingRanker(res.retriever) if {retriever!r} == 'minilm' else R.make_ranker({retriever!r}, res.database)\n"
         "log = E.MemoryLog()\n"
         f"E.run_sweep(res.model, res.corpus.samples[:{samples}], ranker,\n"
         "            E.ContextSource(res.states, res.token_ids), E.parse_ks(" + repr(ks) + "), log,\n"
         f"            methods={tuple(methods)!r})\n"
-        "curve = E.curves(log.records.values(), retriever=ranker.name)\n"
-        "print(E.gains(curve)['avg'])\n"
+        "curve = S.curves(log.records.values(), retriever=ranker.name)\n"
+        "print(S.gains(curve)['avg'])\n"
     )
     return py, client_snippet(ENDPOINT, samples=samples, ks=ks, methods=list(methods), retriever=retriever)
 
@@ -182,8 +185,8 @@ def run_live(res: Resources, samples=5, ks="0,1,2,5", methods=None, retriever="m
         summ = live_summary(log, ids, k_list, rk.name)
         g = summ["gains"]["avg"]
         best = ", ".join(f"{METHOD_NAMES[m]} {g[m]:+.1f}%" for m in meths if m != "none" and g.get(m) is not None)
-        status = (f"**{i + 1} of {n} samples** done ({E.RETRIEVERS[rk.name][0]}, k = {', '.join(map(str, k_list))}). "
-                  f"Loss reduction vs no context, mean over {E.ks_text(summ['gains']['ks_averaged'])}: "
+        status = (f"**{i + 1} of {n} samples** done ({R.RETRIEVERS[rk.name][0]}, k = {', '.join(map(str, k_list))}). "
+                  f"Loss reduction vs no context, mean over {S.ks_text(summ['gains']['ks_averaged'])}: "
                   f"{best or '– (add a k ≥ 1)'}.")
         yield (P.loss_vs_k(summ, "Live sweep: loss vs k"), P.time_vs_k(summ, include_picconcat=True,
                title="Live sweep: time vs k"), status, summ, py, cl)
@@ -193,7 +196,7 @@ def run_live(res: Resources, samples=5, ks="0,1,2,5", methods=None, retriever="m
 def render(res: Resources) -> None:
     summary = load_shipped()
     gr.Markdown(intro(summary), elem_id="bench-intro")
-    over = E.ks_text(((summary or {}).get("main") or {}).get("gains", {}).get("ks_averaged") or range(1, 11))
+    over = S.ks_text(((summary or {}).get("main") or {}).get("gains", {}).get("ks_averaged") or range(1, 11))
     gr.Dataframe(paper_table(summary), label=f"Paper vs ours (gain: % lower loss than no context, mean over {over})",
                  interactive=False, wrap=True, elem_id="bench-paper-vs-ours")  # wrap: fits 800 px
     figs = P.all_figures(summary or {})
@@ -217,7 +220,7 @@ def render(res: Resources) -> None:
                             elem_id="bench-ks")
             methods = gr.CheckboxGroup([(METHOD_NAMES[m], m) for m in METHODS], value=list(METHODS),
                                        label="Methods", elem_id="bench-methods")
-            retriever = gr.Dropdown([(E.RETRIEVERS[r][0], r) for r in LIVE_RETRIEVERS], value="minilm",
+            retriever = gr.Dropdown([(R.RETRIEVERS[r][0], r) for r in LIVE_RETRIEVERS], value="minilm",
                                     label="Retriever", elem_id="bench-retriever")
             run = gr.Button("Run sweep", variant="primary", elem_id="bench-run", interactive=bool(len(res.corpus)))
         with gr.Column(scale=2, min_width=420):

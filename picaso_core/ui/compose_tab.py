@@ -47,7 +47,7 @@ MODELS = (("base model", "base"), ("fine-tuned (BPTC)", "bptc"))  # model choice
 # (two requests keep both cores busy; four oversubscribe them).
 CONCURRENCY = int(os.environ.get("PICASO_COMPOSE_CONCURRENCY", 2))
 
-# (method id in picaso_core.evaluate, label, one line for the legend, colour)
+# (method id in picaso_core.analysis.evaluate, label, one line for the legend, colour)
 METHODS = (
     ("none", "No context", "the query alone: the baseline every method should beat", "#9ca3af"),
     ("concat", "Concat", "process the contexts' tokens after the first one's stored state (sec. 6.2)", "#1d4ed8"),
@@ -137,7 +137,7 @@ def choose_contexts(
                             f"(e.g. {next(iter(res.database))!r})", ENDPOINT)
         hits = list(zip(picked, res.retriever.similarity(query, picked)))
     else:
-        from picaso_core.rankers import own_passages  # a QA example (MS MARCO) ranks only its own passages
+        from picaso_core.retrieval.rankers import own_passages  # a QA example (MS MARCO) ranks only its own passages
         hits = (own_passages(res.retriever, query, sample.context_ids, k, best_last=most_relevant_last)
                 if sample is not None and sample.kind == "qa" and sample.contexts else
                 res.retriever.retrieve(query, k, exclude=sample.exclude_ids if sample else (), best_last=most_relevant_last))
@@ -162,7 +162,7 @@ def run_compose(
     longer than `res.max_tokens` tokens in total. Inputs may be raw API payloads (the event runs
     with preprocess=False), so every one is checked here.
     """
-    from picaso_core.evaluate import run_methods
+    from picaso_core.analysis.evaluate import run_methods
 
     query, continuation = text("query", query, ENDPOINT), text("continuation", continuation, ENDPOINT)
     if not query.strip():
@@ -378,7 +378,7 @@ def python_snippet(res: Resources, run: dict, contexts: list[Context]) -> str:
     cont = "tok.encode(continuation)" if run["continuation"] else "[tok.eos_id]  # no continuation: losses meaningless"
     methods = tuple(m for m, *_ in METHODS)
     return (
-        "from picaso_core.evaluate import run_methods\n"
+        "from picaso_core.analysis.evaluate import run_methods\n"
         "from picaso_core.ui.resources import load_resources\n\n"
         f"res = load_resources({res.model_name!r}, {corpus!r}, {res.corpus.split!r})  # model, corpus, state store, retriever\n"
         "tok = res.model.tokenizer\n"

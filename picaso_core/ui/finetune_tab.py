@@ -25,7 +25,7 @@ import gradio as gr
 import pandas as pd
 
 from picaso_core.assets import ASSETS
-from picaso_core import finetune as FT
+from picaso_core.finetune import train as FT
 from picaso_core.plots import finetune as PF
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, whole_number
@@ -73,7 +73,7 @@ def intro(report: dict | None) -> str:
 
 
 def table1_frame(report: dict | None) -> pd.DataFrame:
-    from picaso_core.finetune_eval import PAPER_ROW, PAPER_TABLE1, ROW_NAMES, TABLE1_METHODS
+    from picaso_core.finetune.card import PAPER_ROW, PAPER_TABLE1, ROW_NAMES, TABLE1_METHODS
 
     cols = ["Model", "Naive", "Concat", "Soup", "CASO", "PICASO-R", "PICASO-S",
             "Paper row (Mamba2-2.7B, MS MARCO; Naive ... PICASO-S)"]
@@ -90,7 +90,7 @@ def table1_frame(report: dict | None) -> pd.DataFrame:
 
 def paper_table2_frame() -> pd.DataFrame:
     """The paper's table 2 (general LLM benchmarks before / after fine-tuning), beside our analog."""
-    from picaso_core.finetune_eval import PAPER_TABLE2
+    from picaso_core.finetune.card import PAPER_TABLE2
 
     tasks = list(next(iter(PAPER_TABLE2.values())))
     return pd.DataFrame([[f"Mamba2-2.7B {row}", *[f"{v[t][0]:.1f} ± {v[t][1]:.1f}" for t in tasks]]
@@ -98,7 +98,7 @@ def paper_table2_frame() -> pd.DataFrame:
 
 
 def table2_frame(report: dict | None) -> pd.DataFrame:
-    from picaso_core.finetune_eval import ROW_NAMES, SKILL_KS, skill_cell
+    from picaso_core.finetune.card import ROW_NAMES, SKILL_KS, skill_cell
 
     cols = ["Model", "LM loss (held-out passages)", *[f"Skills, k={k}" for k in SKILL_KS]]
     if not report:
@@ -115,7 +115,7 @@ def tuned_resources(res: Resources) -> Resources:
     """The app's Resources with the shipped fine-tuned model and its own state store (same corpus and
     retriever): states of one model are never composed by another. Loaded once per app."""
     if id(res) not in _tuned:
-        from picaso_core.loading import load_model
+        from picaso_core.engine.loading import load_model
         from picaso_core.ui.resources import open_or_build_store, store_folder
 
         if not (SHIPPED_DIR / "config.json").is_file():
@@ -169,16 +169,18 @@ def live_examples(tok, samples) -> list[FT.Example]:
 
 def compare(res: Resources, tuned_model, samples) -> dict:
     """Held-out losses of the original and the fine-tuned copy at k = COMPARE_K, experiments protocol."""
-    from picaso_core import experiments as E
-    from picaso_core.finetune_eval import model_source
+    from picaso_core.analysis import experiments as E
+    from picaso_core.retrieval import rankers as R
+    from picaso_core.analysis import summaries as S
+    from picaso_core.finetune.evaluate import model_source
 
-    ranker = E.EmbeddingRanker(res.retriever, "minilm")
+    ranker = R.EmbeddingRanker(res.retriever, "minilm")
     out = {}
     for name, model, source in (("base", res.model, E.ContextSource(res.states, res.token_ids)),
                                 ("tuned", tuned_model, model_source(tuned_model, res.database))):
         log = E.MemoryLog()
         E.run_sweep(model, samples, ranker, source, [COMPARE_K], log, COMPARE_METHODS, "live")
-        curve = E.curves(log.records.values(), ks=None)
+        curve = S.curves(log.records.values(), ks=None)
         out[name] = {m: curve["loss"][m][-1] for m in curve["methods"]}
     return out
 
@@ -199,7 +201,7 @@ def check_inputs(objective, steps, k_max, lr) -> tuple[str, int, int, float]:
 
 def snippets(objective: str, steps: int, k_max: int, lr: float) -> tuple[str, str]:
     py = ("# the shipped fine-tune (4 runs, evaluation, model card): " + SHIPPED_COMMAND + "\n"
-          "import copy\nfrom picaso_core import finetune as FT, load_model\nfrom picaso_core.data import load_corpus\n"
+          "import copy\nfrom picaso_core import load_model\nfrom picaso_core.finetune import train as FT\nfrom picaso_core.data import load_corpus\n"
           "from picaso_core.ui.finetune_tab import live_examples\n\n"
           "model = copy.deepcopy(load_model('demo'))\n"
           "examples = live_examples(model.tokenizer, load_corpus('demo', 'train').samples)\n"

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Callable
 
 from picaso_core.data import limit_corpus  # noqa: F401  (re-exported: callers import it from here too)
-from picaso_core.retrieval import Embedder, Retriever, SentenceEmbedder, embeddings_path
-from picaso_core.store import StateStore, StoreError, check_serves, is_url, tqdm_progress
+from picaso_core.retrieval.retriever import Embedder, Retriever, SentenceEmbedder, embeddings_path
+from picaso_core.store.store import StateStore, StoreError, check_serves, is_url, tqdm_progress
 
 # Every context is tokenised as text + "\n\n": the separator the demo model saw between contexts
 # and before the query (data/demo_world.py CONTEXT_SEP), and a paragraph break for real models.
@@ -202,7 +202,7 @@ def load_resources(
     import torch
 
     from picaso_core.data import load_corpus
-    from picaso_core.loading import load_model
+    from picaso_core.engine.loading import load_model
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")

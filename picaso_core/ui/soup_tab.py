@@ -31,7 +31,7 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from picaso_core import soup
+from picaso_core.analysis import soup
 from picaso_core.data.skills import ARROW, format_query
 from picaso_core.plots import soup as plots
 from picaso_core.ui.code import client_snippet, show_code
@@ -295,7 +295,7 @@ def soup_map(res: Resources, layer=None, part: str = "ssm", method: str = DEFAUL
     data = {"layer": layer, "part": part, "method": method, "dim": dim, "coords": coords.round(4).tolist(),
             "tasks": lib.tasks, "query": query, "retrieved": retrieved.to_dict("records"),
             "quality": q}
-    py = (f"from picaso_core import load_model\nfrom picaso_core.soup import SkillLibrary, project\n\n"
+    py = (f"from picaso_core import load_model\nfrom picaso_core.analysis.soup import SkillLibrary, project\n\n"
           f"model = load_model({res.model_name!r})\n"
           f"lib = SkillLibrary.build(model, shots={SHOTS}, per_task={PER_TASK}, seed={SEED})\n"
           f"xy = project(lib.unit_features(layer={layer}, part={part!r}), method={method!r}, dim={dim}, seed={SEED})\n")
@@ -318,7 +318,7 @@ def retrieval_curve(res: Resources, queries: int = 4, part: str = "ssm", progres
     summary = (f"Best layer {r['layers'][best]}: top-1 retrieval "
                + ", ".join(f"k={k} **{a:.0%}**" for k, a in zip(r["ks"], r["accuracy"][best]))
                + f" (chance {r['chance']:.0%}). The paper (Mamba 2.8B, layer 32 of 64): reliable from k = 2, some tasks at k = 1.")
-    py = (f"from picaso_core.soup import SkillLibrary, retrieval_accuracy\n"
+    py = (f"from picaso_core.analysis.soup import SkillLibrary, retrieval_accuracy\n"
           f"lib = SkillLibrary.build(model, shots={SHOTS}, per_task={PER_TASK}, seed={SEED})\n"
           f"r = retrieval_accuracy(model, lib, ks={KS}, queries={queries}, part={part!r})\n")
     return plots.retrieval_figure(r), summary, r, py, client_snippet("/soup_retrieval", queries=queries, part=part)
@@ -346,7 +346,7 @@ def mixing(res: Resources, queries: int = 3, progress=lambda *a, **k: None):
     summary = mixing_summary(rows, rmix)
     table = pd.DataFrame([{**r, "accuracy": round(r["accuracy"], 3), "loss": round(r["loss"], 4)} for r in rows + rmix],
                          columns=MIX_COLUMNS)
-    py = ("from picaso_core.soup import mixing_table, retrieval_mixing\n"
+    py = ("from picaso_core.analysis.soup import mixing_table, retrieval_mixing\n"
           f"rows = mixing_table(model, total=16, ks={KS}, queries={queries})\n"
           f"rmix = retrieval_mixing(model, lib, ks=(1, 2, 4, 8), top=1, queries={queries})\n")
     return (plots.mixing_figure(rows, rmix), summary, table, {"mixing": rows, "retrieval_mixing": rmix}, py,
@@ -390,7 +390,7 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
     table = pd.DataFrame([[r["w"], r["generation"], *(round(r["losses"][a], 3) for a in scored)] for r in rows],
                          columns=two_task_columns(scored))
     summary = two_task_story(rows, w, task_a, task_b, prompt)
-    py = ("from picaso_core.soup import task_state, two_task_mix\n"
+    py = ("from picaso_core.analysis.soup import task_state, two_task_mix\n"
           f"rows = two_task_mix(model, task_state(lib, {task_a!r}), task_state(lib, {task_b!r}), {prompt!r}, {answer_list!r})\n")
     return (plots.two_task_figure(rows, w, task_a, task_b), summary, table, {"rows": rows}, py,
             client_snippet("/soup_two_task", task_a=task_a, task_b=task_b, prompt=prompt, answers="\n".join(answer_list), w=w))
@@ -413,7 +413,7 @@ def decay(res: Resources, chunk_tokens: int = 100, documents: int = 10, progress
                f"beats the mean on {t['wins']['a_decay<mean']:.0%} of windows. The paper (Mamba 2.8B, news): "
                "concat best, then A-decay, ahead of mean-mixing and c2 alone.")
     table = pd.DataFrame([{"method": plots.DECAY_LABEL[k], "mean loss": round(v, 4)} for k, v in m.items()])
-    py = ("from picaso_core.soup import document_chunks, decay_table\n"
+    py = ("from picaso_core.analysis.soup import document_chunks, decay_table\n"
           f"chunks = document_chunks(texts, model.tokenizer, chunk_tokens={chunk_tokens}, documents={documents})\n"
           "print(decay_table(model, chunks))\n")
     return (plots.decay_figure(m, t["n"]), summary, table, t, py,

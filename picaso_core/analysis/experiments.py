@@ -1,13 +1,13 @@
 """The paper's experiments over a corpus, in one command (PICASO sec. 6.1-6.3, figs. 3, 5-9, table 1).
 
-    python -m picaso_core.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo
+    python -m picaso_core.analysis.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo
 
 Protocol (sec. 6.1). For each query the contexts are the top-k chunks of a retriever, presented most
 relevant LAST (Concat's best-case order, sec. 6.2):
     retrieval samples (WikiText, the demo's retrieval set): top-k of the whole chunk database, the
         sample's own chunks (`exclude_ids`: its two halves) never returned;
     QA samples (MS MARCO, the demo's QA set): the sample's own passages, ranked by the retriever.
-Every method of picaso_core.evaluate runs on every (sample, k); k = 0 is the baseline for all.
+Every method of picaso_core.analysis.evaluate runs on every (sample, k); k = 0 is the baseline for all.
 
 Parts of a run (each can be turned off; all write to one records.jsonl):
     main        k-sweep (`--ks`, fig. 3 left; timings: fig. 3 right, fig. 5), all-MiniLM-L6-v2
@@ -24,8 +24,8 @@ made (the QA pass at k = all passages, the MiniLM curve of the ablation) reuses 
 --out: records.jsonl, summary.json, report.html (self-contained, opens offline), paper_vs_ours.md.
 
 This module runs the protocol (records, sweeps, timings, the CLI); the rankers are in
-picaso_core/rankers.py, and what is made from the records (curves, gains, paper vs ours, the report)
-in picaso_core/summaries.py.
+picaso_core/retrieval/rankers.py, and what is made from the records (curves, gains, paper vs ours, the report)
+in picaso_core/analysis/summaries.py.
 """
 
 from __future__ import annotations
@@ -43,17 +43,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 # torch and the engine are imported inside the functions that run the protocol (evaluate imports
-# compose on first use), so that `--help` and a bad flag answer at once (issue #20: 8 s before).
-from picaso_core.evaluate import METHODS, run_methods
-# The rankers and the summaries live in their own modules. Besides what this module uses, the names
-# the Benchmarks tab and the tests reach as `experiments.<name>` stay importable from here (F401).
-from picaso_core.rankers import (  # noqa: F401
-    RETRIEVERS, BM25Ranker, EmbeddingRanker, RandomRanker, make_ranker, own_passages, presented, rank_sample,
-)
-from picaso_core.summaries import (  # noqa: F401
-    PAPER, TABLE_METHODS, curves, gains, histogram, ks_text, method_table, paper_vs_ours, summarize, time_ratio,
-    write_report, _round,
-)
+# compose on first use), so that `--help` and a bad flag answer at once.
+from picaso_core.analysis.evaluate import METHODS, run_methods
+from picaso_core.analysis.summaries import _round, histogram, paper_vs_ours, summarize
+from picaso_core.retrieval.rankers import RETRIEVERS, make_ranker, presented, rank_sample
 
 CONTEXT_SUFFIX = "\n\n"  # the separator the demo model saw between contexts (= the app's store suffix)
 LONG_METHODS = ("none", "concat", "soup", "caso", "picaso_s", "picaso_r")  # fig. 6: no PICConcat-R (n² tokens)
@@ -174,7 +167,7 @@ def run_sweep(model, samples, ranker, source: ContextSource, ks: Sequence[int | 
 
     Args:
         samples: RetrievalSamples (retrieval or QA kind).
-        ranker: EmbeddingRanker / BM25Ranker / RandomRanker (its `name` keys the records).
+        ranker: a picaso_core.retrieval.rankers ranker (its `name` keys the records).
         ks: numbers of contexts; None means all of a QA sample's own passages (recorded as k = n).
         part: a tag saved with the records (which part of the run made them).
         timed: None: every sample builds each method's state on its own, timed (compose_s). An
@@ -311,7 +304,7 @@ def default_store_dir(corpus: str, split: str, fingerprint: str, database: str |
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m picaso_core.experiments", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m picaso_core.analysis.experiments", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="demo", help="'demo', a checkpoint folder, or a hub id")
     p.add_argument("--corpus", default="demo", help="demo | wikitext | msmarco | a .jsonl file")
@@ -351,7 +344,7 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     A store that cannot serve the run (missing, partial at a URL, another model's, a corrupt shard)
     exits with one line naming the fix, not a traceback."""
     args = parse_args(argv)
-    from picaso_core.store import StoreError
+    from picaso_core.store.store import StoreError
 
     try:
         return _run(args, argv, embedder)
@@ -363,9 +356,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
     import torch
 
     from picaso_core.data import load_corpus
-    from picaso_core.loading import load_model
-    from picaso_core.retrieval import Retriever, SentenceEmbedder, embeddings_path
-    from picaso_core.store import StateStore, StoreError, check_serves, is_url
+    from picaso_core.engine.loading import load_model
+    from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, embeddings_path
+    from picaso_core.store.store import StateStore, StoreError, check_serves, is_url
 
     # the command that builds (or completes) the store this run reads
     build_cmd = (f"python -m picaso_core.store build --model {args.model} --corpus {args.corpus} "
@@ -495,7 +488,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
                  "samples": len(samples), "ks": args.ks, "methods": list(methods),
                  "threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - t_start, 1),
                  "records": len(log), "date": time.strftime("%Y-%m-%d %H:%M"),
-                 "command": "python -m picaso_core.experiments " + " ".join(sys.argv[1:] if argv is None else argv),
+                 "command": "python -m picaso_core.analysis.experiments " + " ".join(sys.argv[1:] if argv is None else argv),
                  "training_tokens": _training_tokens(args.model)},
         "timing": timing, "lengths": chunk_lengths(model, texts), "skipped": skipped,
     }
@@ -506,6 +499,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
         Path(args.ship).write_text(json.dumps(summary, indent=1) + "\n")
     md = paper_vs_ours(summary)
     (out / "paper_vs_ours.md").write_text(md)
+    from picaso_core.plots.report import write_report  # the CLI's HTML output; the protocol needs no plotly
+
     write_report(summary, out / "report.html")
     print(md)
     print(f"done in {time.perf_counter() - t_start:.0f} s: {out}/records.jsonl, summary.json, report.html, paper_vs_ours.md")
@@ -514,7 +509,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
 
 def _training_tokens(model: str) -> int | None:
     """The demo model's training sequence length (its train_log.json), to mark on fig. 6."""
-    from picaso_core.loading import DEMO_MODEL_DIR
+    from picaso_core.engine.loading import DEMO_MODEL_DIR
 
     folder = DEMO_MODEL_DIR if model == "demo" else Path(model)
     try:

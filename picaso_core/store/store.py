@@ -10,7 +10,7 @@ Layout of a store folder:
     shard-00000.safetensors    the states of up to `shard_size` contexts, tensors named
                                "<id>/ssm", "<id>/conv", "<id>/log_decay" (ContextState.to_tensors)
     embeddings/                the retriever's sentence embeddings (picaso_core.retrieval)
-A store built by several workers (picaso_core.store_build) has shards named
+A store built by several workers (picaso_core.store.build) has shards named
 shard-<worker>-<hash of its ids>.safetensors, each with a <shard>.json sidecar (its ids, token
 counts, sha256, fingerprint, dtype) that the build's final index step gathers into store.json.
 
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from picaso_core.state import ContextState
-from picaso_core.store_format import (  # noqa: F401  (re-exported: picaso_core.store is where users import them)
+from picaso_core.engine.state import ContextState
+from picaso_core.store.format import (  # noqa: F401  (re-exported: picaso_core.store is where users import them)
     CACHE_BYTES, DTYPES, FORMAT, META_FILE, REMOTE_CACHE, SHARD_BYTES, CorruptShardError, Progress, StoreError,
     _atomic_write_text, _describe_config, _model_name, _sha256, _shard_header, check_dtype, is_url, shard_tensors,
     tqdm_progress)
@@ -516,9 +516,3 @@ def check_serves(store: StateStore, database: dict[str, str], suffix: str, build
             f"the store at {where} holds {len(database) - len(missing)} of the corpus's {len(database)} contexts "
             f"(e.g. {missing[0]!r} is missing) and is read-only here; complete it with `{build_cmd}` (it encodes "
             f"only what is missing){or_else}")
-
-
-if __name__ == "__main__":  # python -m picaso_core.store build ...
-    from picaso_core.store_build import main
-
-    main()

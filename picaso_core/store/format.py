@@ -1,6 +1,6 @@
 """The on-disk format of a StateStore (picaso_core.store): constants, errors, the tensors of a
 shard in its dtype, checksums. Shared by the store and by its multi-worker build
-(picaso_core.store_build), so both write the same shards."""
+(picaso_core.store.build), so both write the same shards."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from picaso_core.state import ContextState
+from picaso_core.engine.state import ContextState
 
 FORMAT = "picaso-state-store/1"
 META_FILE = "store.json"

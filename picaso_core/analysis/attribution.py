@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from picaso_core.compose import composition_weights
-from picaso_core.state import ContextState
+from picaso_core.engine.state import ContextState
 
 STATE_METHODS = ("soup", "caso", "picaso_s", "picaso_r")  # composed from the stored states
 TOKEN_METHODS = ("concat", "picconcat_r")  # re-process the kept contexts' tokens per subset

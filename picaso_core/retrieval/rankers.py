@@ -1,6 +1,6 @@
 """Rankers for the experiments: the context ids of a query, most relevant first (PICASO sec. 6.1, fig. 8).
 
-    EmbeddingRanker   a picaso_core.retrieval.Retriever (all-MiniLM-L6-v2, the paper's; mpnet, GloVe online)
+    EmbeddingRanker   a picaso_core.retrieval.retriever.Retriever (all-MiniLM-L6-v2, the paper's; mpnet, GloVe online)
     BM25Ranker        Okapi BM25 (rank-bm25) over lower-cased words
     RandomRanker      a random order per query, seeded by the query text
     make_ranker       one of RETRIEVERS by name
@@ -32,7 +32,7 @@ def _words(text: str) -> list[str]:
 
 
 class EmbeddingRanker:
-    """A picaso_core.retrieval.Retriever (sentence embeddings, cosine) as a ranker."""
+    """A picaso_core.retrieval.retriever.Retriever (sentence embeddings, cosine) as a ranker."""
 
     def __init__(self, retriever, name: str = "minilm"):
         self.retriever, self.name = retriever, name
@@ -93,7 +93,7 @@ class RandomRanker:
 def make_ranker(name: str, database: dict[str, str], minilm=None, cache_dir: Path | None = None):
     """The ranker `name` of RETRIEVERS. `minilm`: a ready Retriever for "minilm" (else built).
     Raises RuntimeError for the hub embedders offline (the message says how to get them)."""
-    from picaso_core.retrieval import Retriever, SentenceEmbedder, embeddings_path
+    from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, embeddings_path
 
     if name not in RETRIEVERS:
         raise ValueError(f"unknown retriever {name!r}; valid: {', '.join(RETRIEVERS)}")
@@ -103,7 +103,7 @@ def make_ranker(name: str, database: dict[str, str], minilm=None, cache_dir: Pat
         return RandomRanker(database)
     if name == "minilm":
         return EmbeddingRanker(minilm or Retriever.cached(database, SentenceEmbedder()), "minilm")
-    from picaso_core.tokenizer import check_hub_reachable, hub_offline
+    from picaso_core.engine.tokenizer import check_hub_reachable, hub_offline
 
     hub_id = RETRIEVERS[name][1]
     if hub_offline():

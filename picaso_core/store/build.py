@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from picaso_core.store_format import (FORMAT, META_FILE, SHARD_BYTES, StoreError, _sha256, check_dtype, is_url,
+from picaso_core.store.format import (FORMAT, META_FILE, SHARD_BYTES, StoreError, _sha256, check_dtype, is_url,
                                shard_tensors, tqdm_progress)
 
 # the separator the demo model saw between contexts: the app's and the experiments' CONTEXT_SUFFIX
@@ -90,7 +90,7 @@ class ShardEncoder:
         if isinstance(model, str):
             import torch
 
-            from picaso_core.loading import load_model
+            from picaso_core.engine.loading import load_model
 
             model = load_model(model, device="cuda" if torch.cuda.is_available() else "cpu")
         if model.fingerprint() != fingerprint:
@@ -381,7 +381,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     from picaso_core.data import load_corpus
-    from picaso_core.loading import load_model
+    from picaso_core.engine.loading import load_model
 
     try:
         model = load_model(args.model, device=args.device)

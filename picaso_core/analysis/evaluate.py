@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
-    from picaso_core.state import ContextState
+    from picaso_core.engine.state import ContextState
 
 METHODS = ("none", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r")
 METHOD_NAMES = {"none": "None", "concat": "Concat", "soup": "Soup", "caso": "CASO",
@@ -114,7 +114,7 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
         # every method scored and generated in one batch: the query is read once from each state
         # (its states and last logits serve both), then the continuation, then batched recurrent
         # steps (decode.score_and_generate)
-        from picaso_core.decode import score_and_generate
+        from picaso_core.engine.decode import score_and_generate
 
         timings: dict = {}
         losses, gens = score_and_generate(model, query_ids, continuation_ids, states, generate_tokens,

@@ -7,7 +7,7 @@ Folder layouts read:
                 (possibly sharded with model.safetensors.index.json) | pytorch_model.bin
 Tokenizer: the folder's tokenizer.json, else EleutherAI/gpt-neox-20b (what state-spaces models use);
 its end-of-text token is the one the checkpoint names (config.json eos_token_id, tokenizer_config.json /
-special_tokens_map.json eos_token; see picaso_core.tokenizer.find_eos), None where it names none.
+special_tokens_map.json eos_token; see picaso_core.engine.tokenizer.find_eos), None where it names none.
 
 pytorch_model.bin is read with torch.load(weights_only=True): never plain unpickling.
 Every weight key and shape is checked; a mismatch names the key.
@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from picaso_core.assets import ASSETS  # the checkout's assets/ or the installed package's copy
-from picaso_core.config import ModelConfig
-from picaso_core.model import SSMLanguageModel
+from picaso_core.engine.config import ModelConfig
+from picaso_core.engine.model import SSMLanguageModel
 
 DEMO_MODEL_DIR = ASSETS / "demo_model"
 # bundled models by name: the base demo model and its BPTC fine-tune (scripts/finetune_demo.py, PICASO sec. 5)
@@ -83,7 +83,7 @@ def _download(repo_id: str, patterns: list[str]) -> Path:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
     except Exception:
         pass
-    from picaso_core.tokenizer import check_hub_reachable, hub_offline
+    from picaso_core.engine.tokenizer import check_hub_reachable, hub_offline
 
     fix = ("Use the bundled model (`demo`) or a local folder with config.json and weights "
            "(`--model /path/to/folder`).")
@@ -163,14 +163,14 @@ def save_model(model: SSMLanguageModel, folder: str | Path) -> None:
         sd.pop("lm_head.weight")
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
     if model.tokenizer is not None:
-        from picaso_core.tokenizer import save
+        from picaso_core.engine.tokenizer import save
 
         save(model.tokenizer, folder / "tokenizer.json")
 
 
 # ---- tokenizer --------------------------------------------------------------------------------
 def _load_tokenizer(folder: Path):
-    from picaso_core.tokenizer import Tokenizer
+    from picaso_core.engine.tokenizer import Tokenizer
 
     if (Path(folder) / "tokenizer.json").exists():
         return Tokenizer.from_pretrained_dir(folder)

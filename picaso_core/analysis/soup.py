@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from picaso_core.compose import compose, decay_mix
 from picaso_core.data.skills import SHUFFLED_SUFFIX, format_demos, format_query, load_skill_tasks
-from picaso_core.state import ContextState
+from picaso_core.engine.state import ContextState
 
 PARTS = ("ssm", "conv")
 PROJECTIONS = ("pca", "tsne", "umap")
@@ -168,7 +168,7 @@ class SkillLibrary:
             states = model.encode_contexts([tok.encode(text) for _, _, text in items], batch_size=batch_size,
                                            progress=progress)
         else:
-            from picaso_core.store import StateStore
+            from picaso_core.store.store import StateStore
 
             if isinstance(store, (str, Path)):
                 folder = Path(store)

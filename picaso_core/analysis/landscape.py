@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from picaso_core.compose import compose, compose_tokens
-from picaso_core.state import ContextState
+from picaso_core.engine.state import ContextState
 
 Progress = Callable[[int, int], None]  # progress(done, total) in scored states
 STATE_BUDGET = 256 << 20  # bytes of grid states materialised at once

@@ -40,9 +40,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from picaso_core.model import layer_major
-from picaso_core.scan import upcast
-from picaso_core.state import ContextState
+from picaso_core.engine.scan import upcast
+from picaso_core.engine.state import ContextState, layer_major
 
 
 def _stacked_states(model, states) -> ContextState:

@@ -110,7 +110,7 @@ class ModelConfig:
         return self.vocab_size + (m - self.vocab_size % m) % m
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shapes of one context's state (see picaso_core.state)."""
+        """Shapes of one context's state (see picaso_core.engine.state)."""
         L, s = self.n_layer, self.ssm_cfg
         if self.family == "Mamba2":
             ssm = (L, self.nheads, s.headdim, s.d_state)

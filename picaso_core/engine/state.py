@@ -157,3 +157,8 @@ class ContextState:
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         return cls.from_tensors(tensors, json.loads(meta["num_tokens"])).to(device)
 
+
+def layer_major(st: ContextState) -> tuple[Tensor, Tensor, Tensor]:
+    """Copies of a batched state's tensors [b, L, ...] stored layer by layer, so that each layer's
+    slice [:, i] is contiguous (the decode step updates it in place through views)."""
+    return tuple(t.transpose(0, 1).contiguous().transpose(0, 1) for t in (st.ssm, st.conv, st.log_decay))

@@ -39,7 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from picaso_core.compose import compose
-from picaso_core.state import ContextState
+from picaso_core.engine.state import ContextState
 
 OBJECTIVES = ("bptc", "bp2c")
 COMPOSE_METHODS = ("picaso_r", "picaso_s")
@@ -115,12 +115,12 @@ def n_lm(cfg: FinetuneConfig) -> int:
 # --------------------------------------------------------------------------------------------
 def build_examples(tokenizer, samples, ranker, database: dict[str, str], k_max: int = 10,
                    suffix: str = CONTEXT_SUFFIX) -> list[Example]:
-    """RetrievalSamples -> Examples with the experiments' rankers (picaso_core.rankers).
+    """RetrievalSamples -> Examples with the experiments' rankers (picaso_core.retrieval.rankers).
 
     Retrieval samples keep their top `k_max` chunks of `database` (their own chunks excluded);
     QA samples keep all their passages, ranked. Contexts are tokenised as text + `suffix`, as the
     state store encodes them, so that the training states are the ones evaluation composes."""
-    from picaso_core.rankers import rank_sample
+    from picaso_core.retrieval.rankers import rank_sample
 
     cache: dict[str, list[int]] = {}
     out = []
@@ -287,7 +287,7 @@ STATE_FILE = "trainer_state.pt"
 def save_checkpoint(folder, model, optimizer, scheduler, step: int, cfg: FinetuneConfig, history: list[dict]) -> Path:
     """The model in the bundled layout (config.json, model.safetensors, tokenizer.json) plus
     trainer_state.pt (optimizer, scheduler, step, config, history) and train_log.json."""
-    from picaso_core.loading import save_model
+    from picaso_core.engine.loading import save_model
 
     folder = Path(folder)
     save_model(model, folder)
@@ -366,7 +366,7 @@ def train(model, examples: Sequence[Example], cfg: FinetuneConfig | None = None,
     start, history = 0, []
     state = None
     if resume_from is not None:
-        from picaso_core.loading import load_weights
+        from picaso_core.engine.loading import load_weights
 
         state = _resume_state(Path(resume_from), cfg)
         load_weights(model, Path(resume_from))

@@ -24,15 +24,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from picaso_core.config import ModelConfig
-from picaso_core.scan import causal_conv, conv_step, selective_scan, ssd_scan, state_update, upcast
-from picaso_core.state import ContextState
-
-
-def layer_major(st: ContextState) -> tuple[Tensor, Tensor, Tensor]:
-    """Copies of a batched state's tensors [b, L, ...] stored layer by layer, so that each layer's
-    slice [:, i] is contiguous (the decode step updates it in place through views)."""
-    return tuple(t.transpose(0, 1).contiguous().transpose(0, 1) for t in (st.ssm, st.conv, st.log_decay))
+from picaso_core.engine.config import ModelConfig
+from picaso_core.engine.decode import generate_batch
+from picaso_core.engine.scan import causal_conv, conv_step, selective_scan, ssd_scan, state_update, upcast
+from picaso_core.engine.state import ContextState, layer_major
 
 
 class RMSNorm(nn.Module):
@@ -377,7 +372,7 @@ class SSMLanguageModel(nn.Module):
             out += self._continuation_nll(query_ids, continuation_ids, st, len(chunk)).tolist()
         return out
 
-    # ---- recurrent decode (picaso_core/decode.py drives the loop) ---------------------------
+    # ---- recurrent decode (picaso_core/engine/decode.py drives the loop) ---------------------------
     def _step_(self, ids: Tensor, ssm: Tensor, conv: Tensor, log_decay: Tensor) -> Tensor:
         """One token per row, updating the batched state tensors IN PLACE; logits [b, V] float32.
         ssm, conv, log_decay [b, L, ...] with every layer's slice contiguous (`layer_major`)."""
@@ -409,9 +404,7 @@ class SSMLanguageModel(nn.Module):
     def generate_batch(self, prompt_ids, states: Sequence[ContextState | None] | ContextState,
                        max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                        seed: int | None = None, stop_at_eos: bool = True) -> list[list[int]]:
-        """Continue `prompt_ids` from every state at once; see `picaso_core.decode.generate_batch`."""
-        from picaso_core.decode import generate_batch
-
+        """Continue `prompt_ids` from every state at once; see `picaso_core.engine.decode.generate_batch`."""
         return generate_batch(self, prompt_ids, states, max_new_tokens, temperature, top_k, seed, stop_at_eos)
 
     @torch.no_grad()

@@ -1,0 +1,6 @@
+"""The database of states (paper sec. 3.2): each context encoded once, stored, read back to compose.
+
+    format.py   the on-disk format: errors, shard tensors, dtypes, atomic writes
+    store.py    StateStore: open / build / add / get, local folders and fsspec URLs
+    build.py    the ahead-of-time build, local or Ray Data: `python -m picaso_core.store build`
+"""
