@@ -44,8 +44,8 @@ COPY --chown=user . .
 RUN HF_HUB_OFFLINE=1 python -c "from picaso_core.ui.resources import load_resources; load_resources('demo', 'demo', encode_all=True)"
 # Compile UMAP's numba code into the image too (numba's cache in the user's home: ~40 s here once),
 # so the State soup tab's first UMAP map loads it in seconds on any x86-64 CPU (NUMBA_CPU_NAME above;
-# picaso_core/analysis/soup.py, _cache_umap_numba).
-RUN python -c "from picaso_core.analysis.soup import warm_up_umap; warm_up_umap()"
+# picaso_core/analysis/soup_projection.py, _cache_umap_numba).
+RUN python -c "from picaso_core.analysis.soup_projection import warm_up_umap; warm_up_umap()"
 
 EXPOSE 7860
 CMD ["python", "app.py"]

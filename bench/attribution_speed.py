@@ -19,15 +19,15 @@ Times are median (min) of `--repeats` interleaved rounds; the claims are the rat
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import interleaved, medians, ms, parse, parser, ratios, table, write_json  # noqa: E402
 
 from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
 from picaso_core.analysis.attribution import leave_one_out_tokens, surrogate  # noqa: E402
@@ -35,18 +35,9 @@ from picaso_core.analysis.attribution import leave_one_out_tokens, surrogate  # 
 LOO = {"picaso_r": "PICASO-R", "picaso_s": "PICASO-S", "caso": "CASO", "soup": "Soup", "concat": "Concat"}
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def ms(ts: list[float]) -> str:
-    return f"{1e3 * statistics.median(ts):.0f} ({1e3 * min(ts):.0f})"
-
-
 def measure(name: str, model, contexts: list[list[int]], query: list[int], answer: list[int], repeats: int,
-            n_ablations: int) -> list[str]:
+            n_ablations: int) -> tuple[list[str], dict]:
+    """The markdown lines of one model's table, and its figures (seconds, ratios to PICASO-R-LOO)."""
     t0 = time.perf_counter()
     states = model.encode_contexts(contexts)
     build = time.perf_counter() - t0
@@ -58,34 +49,31 @@ def measure(name: str, model, contexts: list[list[int]], query: list[int], answe
     for k, fn in fns.items():  # warm-up (allocator, first-call paths) of the fast ones; Concat's take minutes
         if "concat" not in k:
             fn()
-    times = {k: [] for k in fns}
-    for r in range(repeats):
-        for k, fn in fns.items():
-            if k == "surrogate concat" and r > 0:
-                continue  # ~n_ablations concatenations: one round is enough (minutes on one core)
-            times[k].append(timed(fn))
-            print(f"  [{name}] round {r + 1}: {k} {times[k][-1]:.2f} s", file=sys.stderr, flush=True)
+    # ~n_ablations concatenations: one round of the Concat surrogate is enough (minutes on one core)
+    times = interleaved(fns, repeats, warmup=False, rounds={"surrogate concat": 1},
+                        progress=lambda r, k, s: print(f"  [{name}] round {r + 1}: {k} {s:.2f} s", file=sys.stderr,
+                                                       flush=True))
     n, tok = len(contexts), sum(map(len, contexts))
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = medians(times)
+    vs = ratios(med, "picaso_r")
     lines = [
         f"### {name}: n = {n} contexts, {tok} context tokens (mean {tok / n:.0f}), query {len(query)} "
         f"tokens, answer {len(answer)} tokens; database build (encoding the {n} states, not charged) "
         f"{1e3 * build:.0f} ms",
         "",
-        "| attribution | ms, median (min) | vs PICASO-R-LOO |",
-        "|---|---|---|",
-    ]
-    for k in fns:
-        label = f"LOO {LOO[k]}" if k in LOO else f"surrogate, {n_ablations} ablations, {'PICASO-R' if 'picaso' in k else 'Concat'}"
-        lines.append(f"| {label} | {ms(times[k])} | {med[k] / med['picaso_r']:.2f}x |")
-    lines += [
+        table([[f"LOO {LOO[k]}" if k in LOO else
+                f"surrogate, {n_ablations} ablations, {'PICASO-R' if 'picaso' in k else 'Concat'}",
+                ms(times[k], 0), f"{vs[k]:.2f}x"] for k in fns],
+              ["attribution", "ms, median (min)", "vs PICASO-R-LOO"]),
         "",
         f"- **Concat-LOO / PICASO-R-LOO = {med['concat'] / med['picaso_r']:.1f}x** (target >= 20x)",
         f"- **surrogate ({n_ablations} ablations) by concatenation / from states = "
         f"{med['surrogate concat'] / med['surrogate picaso_r']:.1f}x**",
         "",
     ]
-    return lines
+    return lines, {"contexts": n, "context_tokens": tok, "database_build_s": build, "seconds": med,
+                   "ratios": {"over_picaso_r_loo": vs,
+                              "surrogate_concat_over_states": med["surrogate concat"] / med["surrogate picaso_r"]}}
 
 
 def demo_inputs(target_tokens: int, n: int):
@@ -109,14 +97,11 @@ def demo_inputs(target_tokens: int, n: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="n = 5, 50-token contexts, 130m shape only")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap = parser(__doc__, threads=1, repeats=2, quick="n = 5, 50-token contexts, 130m shape only",
+                helps={"threads": "torch threads (default 1: see above)"})
     ap.add_argument("--ablations", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: see the docstring)")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = parse(ap)
     n, ctx_len = (5, 50) if args.quick else (10, 100)
     torch.manual_seed(args.seed)
     cfg = ModelConfig(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(layer="Mamba2"),
@@ -125,12 +110,16 @@ def main() -> None:
     g = torch.Generator().manual_seed(args.seed)
     rand = lambda k: torch.randint(0, cfg.vocab_size, (k,), generator=g).tolist()  # noqa: E731
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), float32, CPU\n")
-    out = measure("mamba2-130m shape, random weights", model, [rand(ctx_len) for _ in range(n)], rand(12), rand(20),
-                  args.repeats, args.ablations)
+    out, figures = measure("mamba2-130m shape, random weights", model, [rand(ctx_len) for _ in range(n)], rand(12),
+                           rand(20), args.repeats, args.ablations)
     print("\n".join(out), flush=True)
+    results = {"mamba2-130m shape": figures}
     if not args.quick:
         dm, contexts, q, a = demo_inputs(ctx_len, n)
-        print("\n".join(measure("demo model", dm, contexts, q, a, args.repeats, args.ablations)))
+        out, results["demo model"] = measure("demo model", dm, contexts, q, a, args.repeats, args.ablations)
+        print("\n".join(out))
+    write_json(args, {k: {f: v for f, v in r.items() if f != "ratios"} for k, r in results.items()},
+               {k: r["ratios"] for k, r in results.items()})
 
 
 if __name__ == "__main__":

@@ -23,18 +23,15 @@ process gives reproducible medians.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from limits import add_limit_flags, limits  # noqa: E402
+from harness import interleaved, limits, medians, ms, parse, parser, seconds, table, write_json  # noqa: E402
 
 from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
 from picaso_core.compose import compose, compose_tokens, composition_weights, weighted_sum  # noqa: E402
@@ -42,47 +39,15 @@ from picaso_core.compose import compose, compose_tokens, composition_weights, we
 STATE_METHODS = {"soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S", "picaso_r": "PICASO-R"}
 
 
-def seconds(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
-def interleaved(fns: dict, repeats: int, warmup: bool = True) -> dict[str, list[float]]:
-    """Seconds of each fn over `repeats` rounds; each round runs every fn once, so that changes in
-    the machine's load hit all of them alike."""
-    for fn in fns.values() if warmup else ():  # allocator, first-call paths
-        fn()
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            times[k].append(seconds(fn))
-    return times
-
-
-def ms(ts: list[float]) -> str:
-    """median (min) in ms"""
-    return f"{1e3 * statistics.median(ts):.1f} ({1e3 * min(ts):.1f})"
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="n = 1, 2, 5, 50-token contexts, fewer repeats")
+    ap = parser(__doc__, device="cpu", repeats=None, quick="n = 1, 2, 5, 50-token contexts, fewer repeats",
+                limit_flags=True, helps={"repeats": "rounds of the state methods (default 9, 5 with --quick)"})
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--picconcat-max-n", type=int, default=5, help="largest n for PICConcat-R (n^2 contexts)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    add_limit_flags(ap)
-    args = ap.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device is visible")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse(ap)
     ns = (1, 2, 5) if args.quick else (1, 2, 5, 10, 20)
     ctx_len = 50 if args.quick else 100
-    repeats = 5 if args.quick else 9
+    repeats = args.repeats or (5 if args.quick else 9)
 
     torch.manual_seed(args.seed)
     cfg = ModelConfig(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(layer="Mamba2"),
@@ -102,33 +67,29 @@ def main() -> None:
     # 1. composition from stored states (no forward pass): every (n, method) in each round
     comp = interleaved({(n, m): (lambda m=m, n=n: compose(m, states[:n])) for n in ns for m in STATE_METHODS},
                        repeats)
-    med = {k: statistics.median(v) for k, v in comp.items()}
+    med = medians(comp)
 
     # 2. composition from tokens (forward passes): seconds each, so 2 rounds, PICConcat-R once
     concat = interleaved({n: (lambda n=n: compose_tokens(model, contexts[:n], "concat", states=states[:n]))
                           for n in ns}, 2, warmup=False)
     picconcat = {n: seconds(lambda n=n: compose_tokens(model, contexts[:n], "picconcat_r"))
                  for n in ns if n <= args.picconcat_max_n}
-    cmed = {n: statistics.median(v) for n, v in concat.items()}
+    cmed = medians(concat)
+    vs_r = {n: {"concat": cmed[n] / med[n, "picaso_r"], "picaso_s": med[n, "picaso_s"] / med[n, "picaso_r"]} for n in ns}
 
     print("## Time to build the query's starting state: ms, median (min) of rounds\n")
-    print("| n | tokens | " + " | ".join(STATE_METHODS.values())
-          + " | Concat | PICConcat-R | Concat / PICASO-R | PICASO-S / PICASO-R |")
-    print("|---" * 10 + "|")
-    for n in ns:
-        pic = f"{1e3 * picconcat[n]:.0f}" if n in picconcat else "not run"
-        print(f"| {n} | {n * ctx_len} | " + " | ".join(ms(comp[n, m]) for m in STATE_METHODS)
-              + f" | {ms(concat[n])} | {pic} | {cmed[n] / med[n, 'picaso_r']:.0f}x"
-              f" | {med[n, 'picaso_s'] / med[n, 'picaso_r']:.2f} |")
+    print(table([[n, n * ctx_len, *(ms(comp[n, m]) for m in STATE_METHODS), ms(concat[n]),
+                  f"{1e3 * picconcat[n]:.0f}" if n in picconcat else "not run", f"{vs_r[n]['concat']:.0f}x",
+                  f"{vs_r[n]['picaso_s']:.2f}"] for n in ns],
+                ["n", "tokens", *STATE_METHODS.values(), "Concat", "PICConcat-R", "Concat / PICASO-R",
+                 "PICASO-S / PICASO-R"]))
     print(f"\n{repeats} rounds for the state methods, 2 for Concat, 1 for PICConcat-R (n^2 contexts: "
           f"run up to n = {args.picconcat_max_n}). Concat at n = 1 is the stored state itself.")
 
     print("\n## Growth with n (medians)\n")
-    print("| n | PICASO-R ms per state | PICASO-S ms per state | Concat ms per 100 tokens processed |")
-    print("|---|---|---|---|")
-    for n in ns:
-        per_tok = f"{1e3 * cmed[n] / ((n - 1) * ctx_len / 100):.0f}" if n > 1 else "-"
-        print(f"| {n} | {1e3 * med[n, 'picaso_r'] / n:.2f} | {1e3 * med[n, 'picaso_s'] / n:.2f} | {per_tok} |")
+    print(table([[n, f"{1e3 * med[n, 'picaso_r'] / n:.2f}", f"{1e3 * med[n, 'picaso_s'] / n:.2f}",
+                  f"{1e3 * cmed[n] / ((n - 1) * ctx_len / 100):.0f}" if n > 1 else "-"] for n in ns],
+                ["n", "PICASO-R ms per state", "PICASO-S ms per state", "Concat ms per 100 tokens processed"]))
 
     # 3. the weighted sum against a plain copy of the same states
     n = 10 if 10 in ns else max(ns)
@@ -140,15 +101,14 @@ def main() -> None:
                      "copy_": lambda: buf.copy_(stacked)}, 3 * repeats)
     S = ssms[0].numel() * ssms[0].element_size()
     moved = {"wsum": (n + 1) * S, "clone": 2 * n * S, "copy_": 2 * n * S}
-    bw = {k: moved[k] / statistics.median(v) for k, v in t.items()}
+    bw = {k: moved[k] / v for k, v in medians(t).items()}
     bw_min = {k: moved[k] / min(v) for k, v in t.items()}
     print(f"\n## Memory bandwidth of the weighted sum (ssm of n = {n} states, {n * S / 2**20:.0f} MiB)\n")
-    print("| op | bytes read + written | ms, median (min) | GB/s at the median |")
-    print("|---|---|---|---|")
-    for k, label, b in (("wsum", "weighted sum Σ W_k x_k", "(n+1)·state"),
-                        ("clone", "clone of the stacked states", "2n·state"),
-                        ("copy_", "copy_ into a preallocated buffer", "2n·state")):
-        print(f"| {label} | {b} | {ms(t[k])} | {bw[k] / 1e9:.1f} |")
+    print(table([[label, b, ms(t[k]), f"{bw[k] / 1e9:.1f}"]
+                 for k, label, b in (("wsum", "weighted sum Σ W_k x_k", "(n+1)·state"),
+                                     ("clone", "clone of the stacked states", "2n·state"),
+                                     ("copy_", "copy_ into a preallocated buffer", "2n·state"))],
+                ["op", "bytes read + written", "ms, median (min)", "GB/s at the median"]))
     if peak_bw:
         print(f"\nagainst the device's bandwidth ({peak_bw / 1e9:.0f} GB/s): weighted sum "
               f"{bw['wsum'] / peak_bw:.0%}, copy_ {bw['copy_'] / peak_bw:.0%} at the medians")
@@ -160,12 +120,14 @@ def main() -> None:
           "compare --threads 1.")
 
     # 4. scoring: one batched call vs one call per state (evaluate.run_methods)
+    scoring = {}
     if not args.quick:
         q, c = contexts[0][:32], contexts[1][:32]
         few = states[:7]
         t = interleaved({"batched": lambda: model.continuation_losses(q, c, few),
                          "one by one": lambda: [model.continuation_loss(q, c, s) for s in few]},
                         repeats=1, warmup=False)
+        scoring = {k: v[0] for k, v in t.items()}
         print(f"\n## Scoring 7 states (32 + 32 tokens each): batched {t['batched'][0]:.2f} s, "
               f"one by one {t['one by one'][0]:.2f} s ({t['one by one'][0] / t['batched'][0]:.1f}x)")
 
@@ -176,6 +138,13 @@ def main() -> None:
     print(f"- PICASO-S / PICASO-R at n = {n}: {med[n, 'picaso_s'] / med[n, 'picaso_r']:.2f} (target <= 2)")
     print(f"- weighted sum bandwidth (medians): {bw['wsum'] / bw['clone']:.0%} of a clone, "
           f"{bw['wsum'] / bw['copy_']:.0%} of a copy_ (target >= 50%)")
+    write_json(args, {"state_mib": state_mb, "database_build_s": db_s,
+                      "state_methods_s": {n: {m: med[n, m] for m in STATE_METHODS} for n in ns},
+                      "concat_s": cmed, "picconcat_r_s": picconcat, "bandwidth_gbs": {k: v / 1e9 for k, v in bw.items()},
+                      "scoring_7_states_s": scoring},
+               {"over_picaso_r": vs_r, "weighted_sum_bandwidth": {"vs_clone": bw["wsum"] / bw["clone"],
+                                                                  "vs_copy_": bw["wsum"] / bw["copy_"]},
+                "scoring_one_by_one_over_batched": scoring["one by one"] / scoring["batched"] if scoring else None})
 
 
 if __name__ == "__main__":

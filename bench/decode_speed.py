@@ -1,17 +1,17 @@
-"""Decode speed (issue 21): generating from 7 states one after another vs all at once, and the
-cost of one decode step vs the length of what came before. Side by side in one run.
+"""Decode speed: generating from 7 states one after another vs all at once, and the cost of one
+decode step vs the length of what came before. Side by side in one run.
 
     python bench/decode_speed.py --shape demo                 # the bundled demo model, its 7 methods' states
     python bench/decode_speed.py --shape mamba2-130m          # random weights, 7 random context states
     python bench/decode_speed.py --shape mamba2-370m --device cuda --dtype bfloat16
 
 1. Rows x tokens (default 7 x 24, greedy, EOS ignored so every row makes the same number of tokens):
-   - scan/token: the engine before issue 21: per state, a prefill, then one forward through the
-     chunked scan per token (what `generate` did);
+   - scan/token: per-state scan decode: per state, a prefill, then one forward through the
+     chunked scan per token (no recurrent step);
    - sequential `generate`: per state, a prefill and recurrent `step`s (the one-row case);
    - `generate_batch`: one batched prefill and batched steps for all rows; and the same with the
-     CPU state update unblocked (one pass over the whole layer's state per op, as before
-     scan.STATE_BLOCK_BYTES), to measure the blocking side by side.
+     CPU state update unblocked (one pass over the whole layer's state per op, no
+     scan.STATE_BLOCK_BYTES blocks), to measure the blocking side by side.
    Ratios against `generate_batch`. Targets on 2 CPU cores: >= 4x (demo), >= 3x (130m shape).
 2. ms per step vs prompt length (16, 256, 1024, 4096 tokens read before): the batched recurrent
    step and the scan path's one-token forward, each from a state of that length; an SSM's decode
@@ -20,7 +20,7 @@ cost of one decode step vs the length of what came before. Side by side in one r
    activations (fixed, they do not grow with the tokens), and the measured peak: on CPU the
    resident-memory high-water mark of one generate_batch in a fresh process at --tokens and
    4 x --tokens new tokens (it must not grow with the tokens), on CUDA the allocator's peak.
-On CUDA each figure is also printed against the memory-bandwidth floor (bench/limits.py): a step
+On CUDA each figure is also printed against the memory-bandwidth floor (bench/harness.py): a step
 must read every weight once, and the state.
 Figures are medians of interleaved repeats (a shared machine hits all competitors alike).
 """
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,10 +38,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from limits import add_limit_flags, limits, vs_limit  # noqa: E402
+from harness import interleaved, limits, medians, parse, parser, ratios, table, vs_limit, write_json  # noqa: E402
 
 from picaso_core import ContextState, ModelConfig, SSMLanguageModel, load_model  # noqa: E402
 from picaso_core.engine import scan  # noqa: E402
@@ -113,19 +111,9 @@ def cpu_peaks(args, prompt, states, tokens: tuple[int, ...]) -> dict[int, dict]:
     return out
 
 
-def timed(fn, device: str) -> float:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
 @torch.no_grad()
 def scan_generate(model, prompt, state, n: int, eos: int | None = None) -> list[int]:
-    """The engine before issue 21: a forward through the chunked scan for every token."""
+    """Per-state scan decode: a forward through the chunked scan for every token (no recurrent step)."""
     hidden, st = model.hidden_states(torch.tensor([prompt]), state)
     out = []
     for _ in range(n):
@@ -139,8 +127,8 @@ def scan_generate(model, prompt, state, n: int, eos: int | None = None) -> list[
 
 
 def unblocked(fn):
-    """fn with scan.state_update's CPU path in one block per layer (as before blocking: scale,
-    accumulate and C h each a pass over the whole layer's batched state)."""
+    """fn with scan.state_update's CPU path in one block per layer (scale, accumulate and C h each a
+    pass over the whole layer's batched state)."""
     def run():
         before, scan.STATE_BLOCK_BYTES = scan.STATE_BLOCK_BYTES, 1 << 62
         try:
@@ -156,8 +144,9 @@ def weight_bytes(model) -> int:
 
 def click(model, args) -> None:
     """The Compose & compare click in-process (run_methods: 7 methods, k = 5, --tokens each, EOS
-    stops) as it is now (generation batched) and with the pre-issue-21 generation swapped in (one
-    method at a time, a scan forward per token). The app's click adds retrieval and the UI."""
+    stops) with `score_and_generate` (generation batched) and with per-method scan decode swapped in
+    (scoring, then one method at a time, a scan forward per token). The app's click adds retrieval
+    and the UI."""
     from picaso_core.data import load_corpus
     from picaso_core.analysis.evaluate import run_methods
 
@@ -167,10 +156,10 @@ def click(model, args) -> None:
     store = model.encode_contexts(ctx)
     q, c = tok.encode(s.query), tok.encode(s.continuation)
 
-    def before():  # run_methods as before issue 21: a scoring forward, then one method at a time, scan/token
+    def per_method_scan():  # run_methods with a scoring forward, then one method at a time, scan/token
         import picaso_core.engine.decode as decode
 
-        def old_score_and_generate(model, p, cont, states, max_new_tokens, timings=None, **kw):
+        def scan_score_and_generate(model, p, cont, states, max_new_tokens, timings=None, **kw):
             t0 = time.perf_counter()
             losses = model.continuation_losses(p, cont, states)
             t1 = time.perf_counter()
@@ -178,48 +167,34 @@ def click(model, args) -> None:
             timings.update(score_s=t1 - t0, generate_s=time.perf_counter() - t1)
             return losses, gens
 
-        now, decode.score_and_generate = decode.score_and_generate, old_score_and_generate
+        batched, decode.score_and_generate = decode.score_and_generate, scan_score_and_generate
         try:
             return run_methods(model, q, c, ctx, store, generate_tokens=args.tokens)
         finally:
-            decode.score_and_generate = now  # what run_methods calls (it imports it per call)
+            decode.score_and_generate = batched  # what run_methods calls (it imports it per call)
 
-    fns = {"before: scoring, then 7 x scan/token generate": before,
-           "now: score_and_generate, batched": lambda: run_methods(model, q, c, ctx, store,
-                                                                        generate_tokens=args.tokens)}
-    ts = {k: [] for k in fns}
-    for _ in range(args.repeats + 1):
-        for k, fn in fns.items():
-            ts[k].append(timed(fn, args.device))
+    fns = {"scoring, then 7 x per-method scan decode": per_method_scan,
+           "score_and_generate, batched": lambda: run_methods(model, q, c, ctx, store, generate_tokens=args.tokens)}
+    med = medians(interleaved(fns, args.repeats))
     print(f"\n## The Compose & compare click in-process (k = 5, 7 methods, {args.tokens} tokens)\n")
-    print("| way | wall s (median) |\n|---|---|")
-    med = {k: statistics.median(v[1:]) for k, v in ts.items()}  # round 0: warm-up
-    for k, v in med.items():
-        print(f"| {k} | {v:.3f} |")
+    print(table([[k, f"{v:.3f}"] for k, v in med.items()], ["way", "wall s (median)"]))
     a, b = med.values()
-    print(f"\nnow faster by {a / b:.2f}x")
+    print(f"\nscore_and_generate, batched, faster by {a / b:.2f}x")
+    return {"click_s": med, "click_per_method_scan_over_batched": a / b}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, device="cpu", repeats=3, limit_flags=True)
     ap.add_argument("--shape", choices=["demo", *SHAPES], default="demo")
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     ap.add_argument("--rows", type=int, default=7)
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--lengths", default="16,256,1024,4096")
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="steps timed per prompt length")
-    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--peak-child", help=argparse.SUPPRESS)  # internal: one fresh process of cpu_peaks
-    add_limit_flags(ap)
-    args = ap.parse_args()
+    args = parse(ap)
     if args.peak_child:
         return peak_child(args.peak_child)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device is visible")
-    if args.threads:
-        torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     model, prompt, states = build(args.shape, args.device, dtype, args.rows)
     bw, _, label = limits(args.device, args.dtype, args)
@@ -236,21 +211,15 @@ def main() -> None:
         "generate_batch, unblocked state update": unblocked(lambda: model.generate_batch(prompt, states, n, stop_at_eos=False)),
         "generate_batch": lambda: model.generate_batch(prompt, states, n, stop_at_eos=False),
     }
-    outs = [fn() for fn in fns.values()]
+    outs = [fn() for fn in fns.values()]  # also the warm-up
     same = all(o == outs[0] for o in outs)
-    times = {k: [] for k in fns}
-    for _ in range(args.repeats):
-        for k, fn in fns.items():
-            times[k].append(timed(fn, args.device))
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = medians(interleaved(fns, args.repeats, warmup=False))
+    vs_batch = ratios(med, "generate_batch")
     print(f"## {args.rows} states x {n} tokens (greedy outputs identical: {same})\n")
-    print("| way | total s | ms / token / row | generate_batch faster by |\n|---|---|---|---|")
-    for k, v in med.items():
-        print(f"| {k} | {v:.3f} | {v / (n * args.rows) * 1e3:.2f} | {v / med['generate_batch']:.2f}x |")
+    print(table([[k, f"{v:.3f}", f"{v / (n * args.rows) * 1e3:.2f}", f"{vs_batch[k]:.2f}x"] for k, v in med.items()],
+                ["way", "total s", "ms / token / row", "generate_batch faster by"]))
 
     # 2. one step vs the length read before
-    print(f"\n## ms per decode step ({args.rows} rows) vs tokens read before\n")
-    print("| tokens before | recurrent step | scan path, 1-token forward | step vs the bandwidth floor |\n|---|---|---|---|")
     g = torch.Generator().manual_seed(2)
     runs = {}
     for L in [int(x) for x in args.lengths.split(",")]:
@@ -258,28 +227,32 @@ def main() -> None:
             torch.randint(0, model.config.vocab_size, (L,), generator=g))] * args.rows)
         bufs = list(layer_major(batch))  # copies, in the decode's layout
         ids = torch.randint(0, model.config.vocab_size, (args.rows,), generator=g).to(model.device)
-        runs[L] = {"step": lambda ids=ids, bufs=bufs: model._step_(ids, *bufs),
-                   "scan": lambda ids=ids, batch=batch: model.hidden_states(ids[:, None], batch)}
-    ts = {(L, k): [] for L in runs for k in ("step", "scan")}
-    with torch.no_grad():
-        for r in range(args.steps + 1):  # lengths interleaved: load changes hit them all alike
-            for L, fns in runs.items():
-                for k, fn in fns.items():
-                    t = timed(fn, args.device)
-                    if r:  # round 0 is the warm-up
-                        ts[L, k].append(t)
-    per_len = {L: {k: statistics.median(ts[L, k]) for k in ("step", "scan")} for L in runs}
-    best = {L: {k: min(ts[L, k]) for k in ("step", "scan")} for L in runs}
-    for L in runs:
-        print(f"| {L} | {per_len[L]['step'] * 1e3:.2f} ms | {per_len[L]['scan'] * 1e3:.2f} ms | "
-              f"{vs_limit(per_len[L]['step'], floor)} |")
-    lo, hi = min(runs), max(runs)
-    print(f"\nstep time ratio {hi} / {lo} tokens: {per_len[hi]['step'] / per_len[lo]['step']:.2f} of medians, "
-          f"{best[hi]['step'] / best[lo]['step']:.2f} of minima (scan path: {per_len[hi]['scan'] / per_len[lo]['scan']:.2f}); "
-          f"recurrent step vs scan 1-token forward at {lo}: {per_len[lo]['scan'] / per_len[lo]['step']:.2f}x faster")
+        runs[L, "step"] = lambda ids=ids, bufs=bufs: model._step_(ids, *bufs)
+        runs[L, "scan"] = lambda ids=ids, batch=batch: model.hidden_states(ids[:, None], batch)
+    with torch.no_grad():  # lengths interleaved: load changes hit them all alike
+        ts = interleaved(runs, args.steps)
+    per_len, best = medians(ts), {k: min(v) for k, v in ts.items()}
+    lens = sorted({L for L, _ in runs})
+    print(f"\n## ms per decode step ({args.rows} rows) vs tokens read before\n")
+    print(table([[L, f"{per_len[L, 'step'] * 1e3:.2f} ms", f"{per_len[L, 'scan'] * 1e3:.2f} ms",
+                  vs_limit(per_len[L, "step"], floor)] for L in lens],
+                ["tokens before", "recurrent step", "scan path, 1-token forward", "step vs the bandwidth floor"]))
+    lo, hi = lens[0], lens[-1]
+    growth = {"step_medians": per_len[hi, "step"] / per_len[lo, "step"],
+              "step_minima": best[hi, "step"] / best[lo, "step"],
+              "scan_medians": per_len[hi, "scan"] / per_len[lo, "scan"],
+              "scan_over_step_at_shortest": per_len[lo, "scan"] / per_len[lo, "step"]}
+    print(f"\nstep time ratio {hi} / {lo} tokens: {growth['step_medians']:.2f} of medians, "
+          f"{growth['step_minima']:.2f} of minima (scan path: {growth['scan_medians']:.2f}); "
+          f"recurrent step vs scan 1-token forward at {lo}: {growth['scan_over_step_at_shortest']:.2f}x faster")
 
+    figures = {"generate_s": med, "step_s": {L: {k: per_len[L, k] for k in ("step", "scan")} for L in lens},
+               "greedy_outputs_identical": same}
+    ratio = {"over_generate_batch": vs_batch, f"step_{hi}_over_{lo}": growth}
     if args.shape == "demo":
-        click(model, args)
+        click_figures = click(model, args)
+        figures["click_s"] = click_figures["click_s"]
+        ratio["click_per_method_scan_over_batched"] = click_figures["click_per_method_scan_over_batched"]
 
     # 3. memory
     cfg = model.config
@@ -294,12 +267,12 @@ def main() -> None:
     if args.device == "cpu":
         budgets = (n, 4 * n)
         peaks = cpu_peaks(args, prompt, states, budgets)
+        figures["cpu_peak_kib"] = peaks
         print("measured CPU peak (resident memory, a fresh process per budget: the model and the states "
-              "loaded, then one generate_batch; Linux VmHWM):\n\n"
-              "| new tokens | resident before | peak during generate_batch | peak above before |\n|---|---|---|---|")
-        for k, p in peaks.items():
-            print(f"| {k} | {p['rss_before_kib'] / 1024:.1f} MiB | {p['peak_kib'] / 1024:.1f} MiB | "
-                  f"{(p['peak_kib'] - p['rss_before_kib']) / 1024:.1f} MiB |")
+              "loaded, then one generate_batch; Linux VmHWM):\n")
+        print(table([[k, f"{p['rss_before_kib'] / 1024:.1f} MiB", f"{p['peak_kib'] / 1024:.1f} MiB",
+                      f"{(p['peak_kib'] - p['rss_before_kib']) / 1024:.1f} MiB"] for k, p in peaks.items()],
+                    ["new tokens", "resident before", "peak during generate_batch", "peak above before"]))
         a, b = (peaks[k]["peak_kib"] - peaks[k]["rss_before_kib"] for k in budgets)
         print(f"\npeak above before, {budgets[1]} vs {budgets[0]} tokens: {b / 1024:.1f} vs {a / 1024:.1f} MiB "
               f"({(b - a) / 1024:+.1f} MiB)")
@@ -307,8 +280,10 @@ def main() -> None:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         model.generate_batch(prompt, states, n, stop_at_eos=False)
+        figures["cuda_peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
         print(f"measured CUDA peak above the weights and inputs during generate_batch: "
-              f"{(torch.cuda.max_memory_allocated() - base) / 2**20:.1f} MiB (the prefill's activations)")
+              f"{figures['cuda_peak_mib']:.1f} MiB (the prefill's activations)")
+    write_json(args, figures, ratio)
 
 
 if __name__ == "__main__":

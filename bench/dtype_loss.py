@@ -1,4 +1,4 @@
-"""Each method's continuation loss in bfloat16 / float16 against float32 (issue 25, item 4).
+"""Each method's continuation loss in bfloat16 / float16 against float32.
 
     python bench/dtype_loss.py [--model demo] [--samples 40] [--device cpu|cuda] [--dtypes bfloat16,float16]
 
@@ -11,7 +11,6 @@ half-precision matmuls are emulated and slow; the numbers, not the times, are th
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -19,26 +18,23 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import ROOT, parse, parser, write_json  # noqa: E402
 
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.analysis.evaluate import METHODS, evaluate_samples  # noqa: E402
 from picaso_core.engine.loading import load_model  # noqa: E402
-from picaso_core.analysis.experiments import CONTEXT_SUFFIX  # noqa: E402  (the app store's suffix too)
+from picaso_core.analysis.sweep import CONTEXT_SUFFIX  # noqa: E402  (the app store's suffix too)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, device="cpu", devices=None, helps={"threads": "torch CPU threads"})
     p.add_argument("--model", default="demo")
     p.add_argument("--samples", type=int, default=40)
-    p.add_argument("--device", default="cpu")
     p.add_argument("--dtypes", default="bfloat16,float16")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "dtype_loss.json"))
-    args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse(p)
     samples = load_corpus("demo", "test").samples[: args.samples]
     rows, secs = {}, {}
     for name in ["float32", *[d for d in args.dtypes.split(",") if d]]:
@@ -59,6 +55,8 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"samples": len(samples), "device": args.device, "loss": rows, "seconds": secs},
                                          indent=1))
+    write_json(args, {"loss": rows, "seconds": secs},
+               {d: {m: (rows[d][m] - rows["float32"][m]) / rows["float32"][m] for m in METHODS} for d in dtypes[1:]})
 
 
 if __name__ == "__main__":

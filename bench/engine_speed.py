@@ -1,10 +1,10 @@
-"""Context encoding throughput and state sizes (issue: SSM engine).
+"""Context encoding throughput and state sizes.
 
     python bench/engine_speed.py            # mamba2-130m shape, random weights, float32, CPU
     python bench/engine_speed.py --quick    # a smaller model, for a smoke run
     python bench/engine_speed.py --device cuda --dtype bfloat16   # GPU, next to the peak-FLOPs floor
 
-Measured side by side in one run, on the same weights:
+Measured side by side in one run (interleaved rounds), on the same weights:
   * batched `encode_contexts` (32 contexts x 128 tokens, one padded batch)
   * the same contexts through `encode_context` one at a time
   * transformers' Mamba2 backbone (Mamba2Model.forward, no lm_head: the same work as encoding)
@@ -17,18 +17,14 @@ Also prints the table of state bytes per context for the released Mamba / Mamba-
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from limits import add_limit_flags, limits, vs_limit  # noqa: E402
+from harness import interleaved, limits, medians, parse, parser, ratios, table, vs_limit, write_json  # noqa: E402
 
 from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
 
@@ -67,41 +63,24 @@ def transformers_twin(model: SSMLanguageModel):
     return hf
 
 
-def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def state_size_table() -> str:
-    rows = ["| model | state per context (fp32) | transformer of similar size | KV cache per token (fp16) | "
-            "tokens of KV cache = one state |", "|---|---|---|---|---|"]
+    rows = []
     for (m2, m1), (pname, pl, pd) in zip(zip(MAMBA2, MAMBA1), PYTHIA):
         kv = 2 * pl * pd * 2  # K and V, per layer, fp16
         for name, d, L in (m2, m1):
             layer = "Mamba2" if name.startswith("mamba2") else "Mamba1"
             nbytes = ModelConfig(d_model=d, n_layer=L, ssm_cfg=dict(layer=layer)).state_nbytes()
-            rows.append(f"| {name} | {nbytes / 2**20:.1f} MiB | {pname} | {kv / 2**10:.0f} KiB | {nbytes / kv:,.0f} |")
-    return "\n".join(rows)
+            rows.append([name, f"{nbytes / 2**20:.1f} MiB", pname, f"{kv / 2**10:.0f} KiB", f"{nbytes / kv:,.0f}"])
+    return table(rows, ["model", "state per context (fp32)", "transformer of similar size", "KV cache per token (fp16)",
+                        "tokens of KV cache = one state"])
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+    ap = parser(__doc__, device="cpu", repeats=3, quick="a smaller model (d_model 256, 4 layers)", limit_flags=True)
     ap.add_argument("--contexts", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    add_limit_flags(ap)
-    args = ap.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device is visible")
+    args = parse(ap, argv)
 
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
@@ -117,9 +96,11 @@ def main(argv=None) -> None:
         ref_h = hf(ctx[:2]).last_hidden_state
         parity = (ours_h - ref_h).abs().max().item()
         model.encode_contexts(ctx[:2].tolist())  # warm-up
-        t_batched = timed(lambda: model.encode_contexts(list(ctx), batch_size=args.contexts), args.repeats)
-        t_single = timed(lambda: [model.encode_context(c) for c in ctx], max(1, args.repeats - 1))
-        t_hf = timed(lambda: hf(ctx), args.repeats)
+        t = medians(interleaved({"batched": lambda: model.encode_contexts(list(ctx), batch_size=args.contexts),
+                                 "single": lambda: [model.encode_context(c) for c in ctx],
+                                 "transformers": lambda: hf(ctx)},
+                                args.repeats, warmup=False, rounds={"single": max(1, args.repeats - 1)}))
+    vs = ratios(t, "batched")
 
     params = sum(p.numel() for p in model.parameters())
     _, peak, label = limits(args.device, args.dtype, args)
@@ -127,15 +108,17 @@ def main(argv=None) -> None:
           f"({params / 1e6:.0f}M params), {args.dtype}, {args.device}, "
           f"{torch.get_num_threads()} threads; {args.contexts} contexts x {args.tokens} tokens; limits: {label}")
     # a forward costs ~2 FLOPs per weight per token (the scan's own FLOPs are small next to it)
-    print(f"batched encode vs the peak-FLOPs floor: {vs_limit(t_batched, 2 * params * n_tok / peak if peak else None)}")
+    print(f"batched encode vs the peak-FLOPs floor: {vs_limit(t['batched'], 2 * params * n_tok / peak if peak else None)}")
     print(f"hidden-state parity with transformers: max |diff| = {parity:.2e}\n")
-    print("| path | tokens/s | vs batched encode_contexts |\n|---|---|---|")
-    for name, t in (("encode_contexts (batched)", t_batched), ("encode_context one at a time", t_single),
-                    ("transformers Mamba2Model.forward (batched)", t_hf)):
-        print(f"| {name} | {n_tok / t:,.0f} | {t / t_batched:.2f}x time |")
-    print(f"\nbatched / one-at-a-time speedup: {t_single / t_batched:.2f}x;  "
-          f"batched vs transformers: {t_hf / t_batched:.2f}x (>= 1 means ours is at least as fast)\n")
+    names = {"batched": "encode_contexts (batched)", "single": "encode_context one at a time",
+             "transformers": "transformers Mamba2Model.forward (batched)"}
+    print(table([[names[k], f"{n_tok / v:,.0f}", f"{vs[k]:.2f}x time"] for k, v in t.items()],
+                ["path", "tokens/s", "vs batched encode_contexts"]))
+    print(f"\nbatched / one-at-a-time speedup: {vs['single']:.2f}x;  "
+          f"batched vs transformers: {vs['transformers']:.2f}x (>= 1 means ours is at least as fast)\n")
     print(state_size_table())
+    write_json(args, {"seconds": t, "tokens_per_s": {k: n_tok / v for k, v in t.items()}, "params": params,
+                      "parity_max_abs_diff": parity}, vs)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import copy
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,9 +35,11 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+
+from harness import interleaved, medians, parse, parser, write_json  # noqa: E402
 
 from picaso_core.finetune import train as FT  # noqa: E402
 from picaso_core.engine.loading import load_model  # noqa: E402
@@ -59,19 +60,16 @@ def saved_bytes(objective, batch) -> int:
     return sum(seen.values())
 
 
-def one_step(model, objective, opt, batch, device) -> tuple[float, int | None]:
+def one_step(model, objective, opt, batch, device) -> int | None:
+    """One optimizer step; on a GPU, the allocator's peak during it."""
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
     loss, _ = objective(batch)
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    return time.perf_counter() - t0, peak
+    return torch.cuda.max_memory_allocated() if device.type == "cuda" else None
 
 
 def _maxrss_mib() -> float:
@@ -105,23 +103,19 @@ def peak_rss(args, batch, objective: str) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, threads=0, device="cpu", devices=None, repeats=3,
+                helps={"json": "also write the table to this JSON file (the model card quotes it)",
+                       "device": "cpu | cuda | cuda:N"})
     ap.add_argument("--model", default="demo")
-    ap.add_argument("--device", default="cpu")
     ap.add_argument("--ks", default="5,10", help="contexts per example")
     ap.add_argument("--batch", type=int, default=6, help="composition examples per step")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--save-examples", default=None,
                     help="write the retrieved micro-batch (token ids) to this JSON file and stop")
     ap.add_argument("--examples", default=None,
                     help="read the micro-batch from a --save-examples file instead of retrieving it (no MiniLM needed)")
-    ap.add_argument("--json", default=None, help="also write the table to this JSON file (the model card quotes it)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # internal: a micro-batch file, see child()
     ap.add_argument("--objective", default=None, choices=FT.OBJECTIVES, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse(ap, argv)
     if args.child:
         return child(args)
     device = torch.device(args.device)
@@ -166,18 +160,13 @@ def main(argv=None) -> None:
         for obj in FT.OBJECTIVES:
             model = copy.deepcopy(base).train()
             runs[obj] = (model, FT.CompositionObjective(model, obj), torch.optim.AdamW(model.parameters(), lr=1e-5))
-        times = {o: [] for o in FT.OBJECTIVES}
-        peaks = {o: 0 for o in FT.OBJECTIVES}
-        for r in range(args.repeats + 1):  # the first round warms up (allocator, kernels) and is dropped
-            for obj in (FT.OBJECTIVES if r % 2 == 0 else FT.OBJECTIVES[::-1]):
-                model, objective, opt = runs[obj]
-                s, peak = one_step(model, objective, opt, batch, device)
-                if r:
-                    times[obj].append(s)
-                    peaks[obj] = max(peaks[obj], peak or 0)
+        step_peaks = {o: [] for o in FT.OBJECTIVES}
+        # objectives in alternating order; one warm-up round (allocator, kernels), not timed
+        t = medians(interleaved({o: (lambda o=o: step_peaks[o].append(one_step(*runs[o], batch, device) or 0))
+                                 for o in FT.OBJECTIVES}, args.repeats, alternate=True))
+        peaks = {o: max(v[1:], default=0) for o, v in step_peaks.items()}  # v[0]: the warm-up
         mem = {o: saved_bytes(runs[o][1], batch) / 2**20 for o in FT.OBJECTIVES}
-        del runs
-        t = {o: statistics.median(v) for o, v in times.items()}
+        runs.clear()  # the models and their optimizer states
         out = {"k": k, "tokens": tokens, "s_per_step": t, "saved_mib": mem}
         row = (f"| {k} | {tokens} | {t['bptc']:.3f} | {t['bp2c']:.3f} | {t['bptc'] / t['bp2c']:.2f}x | "
                f"{mem['bptc']:.1f} | {mem['bp2c']:.1f} | {mem['bptc'] / mem['bp2c']:.2f}x |")
@@ -192,12 +181,13 @@ def main(argv=None) -> None:
             row += f" {peaks['bptc'] / 2**20:.0f} | {peaks['bp2c'] / 2**20:.0f} |"
         rows.append(out)
         print(row, flush=True)
-    if args.json:
-        cmd = "python bench/finetune_speed.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
-        Path(args.json).write_text(json.dumps(
-            {"command": cmd, "device": str(device), "threads": torch.get_num_threads(), "batch": args.batch,
-             "repeats": args.repeats, "load_avg": load_avg, "cpus": os.cpu_count(),
-             "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=1))
+    cmd = "python bench/finetune_speed.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
+    ratios = {r["k"]: {"time": r["s_per_step"]["bptc"] / r["s_per_step"]["bp2c"],
+                       "saved": r["saved_mib"]["bptc"] / r["saved_mib"]["bp2c"]} for r in rows}
+    # the card reads command ... rows (finetune/card.py: speed_markdown)
+    write_json(args, rows, ratios, command=cmd, device=str(device), threads=torch.get_num_threads(), batch=args.batch,
+               repeats=args.repeats, load_avg=load_avg, cpus=os.cpu_count(), date=time.strftime("%Y-%m-%d %H:%M"),
+               rows=rows)
 
 
 if __name__ == "__main__":

@@ -9,30 +9,29 @@ of two forms (`scan._pass_states`, chosen per device by `scan.PASS_FORM`):
   sequential  one chunk at a time, as mamba_ssm's state-passing kernel does: O(c), c small ops;
   segsum      ssd_minimal.py's (the Mamba-2 paper's listing) [c, c] decay matrix: O(c^2), one matmul.
 A log-depth prefix scan (log2(c) rounds, as `selective_scan` does over steps) is the third form:
-kept here as a competitor only, for moving O(c log c) memory.
+a competitor only, for moving O(c log c) memory.
 The engine also runs a long sequence in blocks of chunks (`scan.BLOCK_ELEMENTS`), the state
 carried across, so that its intermediates ([b, chunks, h, s, s]) stay in cache.
-Measured side by side in one run, on the same inputs, for each length:
+Measured side by side in one run (interleaved rounds), on the same inputs, for each length:
   * the inter-chunk pass alone, the three forms (and the max |difference| between them)
   * the whole scan (forward): the engine (its device's pass form, in blocks); the engine in one
-    piece (no blocks); the engine with the other pass form; the engine before blocks and the
-    sequential pass (one piece, segsum pass, i.e. ssd_minimal's listing); time per token
+    piece (no blocks); the engine with the other pass form; ssd_minimal's form (one piece, segsum
+    pass); time per token
 Prints medians of --repeats and the ratios; quote ratios (these 2-core machines are shared and
-noisy), absolute times only on a quiet machine or a GPU. The prefix scan is kept here, as a
+noisy), absolute times only on a quiet machine or a GPU. The prefix scan lives here, as a
 competitor, and nowhere in the engine.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import interleaved, medians, parse, parser, row, table, write_json  # noqa: E402
 
 from picaso_core.engine import scan  # noqa: E402
 
@@ -50,49 +49,42 @@ def pass_states_prefix(chunk_states, log_decay, h0):
     return torch.cat([h0[:, None], hs[:, :-1]], dim=1), hs[:, -1]
 
 
-def timed(fn, repeats: int, device: str) -> float:
-    fn()  # warm-up: the allocator's first pages, lazy initialisation
-    if device == "cuda":
-        torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def configured(fn, dev: str, form: str, one_piece: bool):
+    """fn run with the engine's inter-chunk pass on `dev` set to `form`, in one block where
+    one_piece (the whole sequence at once), both restored after the call."""
+    def run():
+        saved_form, saved_blocks = scan.PASS_FORM.get(dev), dict(scan.BLOCK_ELEMENTS)
+        scan.PASS_FORM[dev] = form
+        if one_piece:
+            scan.BLOCK_ELEMENTS.update({k: 1 << 62 for k in saved_blocks})
+        try:
+            return fn()
+        finally:
+            scan.PASS_FORM[dev] = saved_form
+            scan.BLOCK_ELEMENTS.update(saved_blocks)
+    return run
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="the demo model's layer shape and shorter sequences")
+    ap = parser(__doc__, device="cpu", repeats=5, quick="the demo model's layer shape and shorter sequences")
     ap.add_argument("--lengths", type=int, nargs="+", default=None)
     ap.add_argument("--chunk", type=int, default=None, help="chunk size (default: 256, the checkpoints'; 64 with --quick)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device is visible")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse(ap, argv)
     # one layer's scan: (heads, head dim, groups, state dim)
     h, p, g, n = (16, 32, 1, 64) if args.quick else (24, 64, 1, 128)  # demo model / mamba2-130m
     chunk = args.chunk or (64 if args.quick else 256)
     lengths = args.lengths or ([1024, 4096, 8192] if args.quick else [1024, 4096, 16384])
     dev = args.device
     print(f"one Mamba-2 layer's scan: {h} heads x head dim {p}, state dim {n}, {g} group; chunk {chunk}; "
-          f"float32, {dev}, {torch.get_num_threads()} threads; medians of {args.repeats}\n")
+          f"float32, {dev}, {torch.get_num_threads()} threads; medians of {args.repeats} interleaved rounds\n")
     form = scan.PASS_FORM.get(dev, "sequential")
     other = "segsum" if form == "sequential" else "sequential"
     print(f"the engine's inter-chunk pass on {dev}: {form} (scan.PASS_FORM)\n")
-    print("| tokens | chunks | pass: sequential | segsum / sequential | prefix scan / sequential | max abs diff | "
-          f"scan: engine ({form} pass, blocks) | one piece / engine | {other} pass / engine | "
-          "previous (one piece, segsum) / engine | engine µs/token |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    forms = {"sequential": scan._pass_states_sequential, "segsum": scan._pass_states_segsum}
-    rows = []
+    minimal = "ssd_minimal's form"
+    print(table([], ["tokens", "chunks", "pass: sequential", "segsum / sequential", "prefix scan / sequential",
+                     "max abs diff", f"scan: engine ({form} pass, blocks)", "one piece / engine",
+                     f"{other} pass / engine", f"{minimal} (one piece, segsum) / engine", "engine µs/token"]))
+    figures, ratios = {}, {}
     for L in lengths:
         torch.manual_seed(0)
         x = torch.randn(1, L, h, p, device=dev)
@@ -107,36 +99,33 @@ def main(argv=None) -> None:
         def whole_scan():
             return scan.ssd_scan_chunked(x, dt, A, B, C, chunk)
 
+        passes = {"sequential": lambda: scan._pass_states_sequential(cs, la, h0),
+                  "segsum": lambda: scan._pass_states_segsum(cs, la, h0),
+                  "prefix scan": lambda: pass_states_prefix(cs, la, h0)}
+        scans = {"engine": configured(whole_scan, dev, form, one_piece=False),
+                 "one piece": configured(whole_scan, dev, form, one_piece=True),
+                 f"{other} pass": configured(whole_scan, dev, other, one_piece=False),
+                 minimal: configured(whole_scan, dev, "segsum", one_piece=True)}
         with torch.no_grad():
-            seq = forms["sequential"](cs, la, h0)
-            diff = max((a - b).abs().max().item()
-                       for f in (scan._pass_states_segsum, pass_states_prefix) for a, b in zip(f(cs, la, h0), seq))
-            t_pass = timed(lambda: forms["sequential"](cs, la, h0), args.repeats, dev)
-            t_pass_seg = timed(lambda: forms["segsum"](cs, la, h0), args.repeats, dev)
-            t_pass_pre = timed(lambda: pass_states_prefix(cs, la, h0), args.repeats, dev)
-            y0 = whole_scan()[0]
-            t_scan = timed(whole_scan, args.repeats, dev)
-            saved = dict(scan.BLOCK_ELEMENTS)
-            try:
-                scan.PASS_FORM[dev] = other
-                diff = max(diff, (whole_scan()[0] - y0).abs().max().item())
-                t_other = timed(whole_scan, args.repeats, dev)
-                scan.BLOCK_ELEMENTS.update({k: 1 << 62 for k in saved})  # one block: the whole sequence
-                scan.PASS_FORM[dev] = "segsum"
-                t_prev = timed(whole_scan, args.repeats, dev)
-                scan.PASS_FORM[dev] = form
-                diff = max(diff, (whole_scan()[0] - y0).abs().max().item())
-                t_one = timed(whole_scan, args.repeats, dev)
-            finally:
-                scan.PASS_FORM[dev] = form
-                scan.BLOCK_ELEMENTS.update(saved)
-        rows.append((L, t_prev, t_scan))
-        print(f"| {L:,} | {c} | {t_pass * 1e3:.1f} ms | {t_pass_seg / t_pass:.2f}x | {t_pass_pre / t_pass:.2f}x | "
-              f"{diff:.1e} | {t_scan * 1e3:.1f} ms | {t_one / t_scan:.2f}x | {t_other / t_scan:.2f}x | "
-              f"{t_prev / t_scan:.2f}x | {t_scan / L * 1e6:.2f} |", flush=True)
-    (l0, s0, f0), (l1, s1, f1) = rows[0], rows[-1]
-    print(f"\n{l0:,} -> {l1:,} tokens ({l1 / l0:.0f}x): the whole scan costs {f1 / f0:.1f}x with the engine, "
-          f"{s1 / s0:.1f}x with the previous engine (linear would be {l1 / l0:.0f}x)")
+            seq = passes["sequential"]()
+            diff = max((a - b).abs().max().item() for f in ("segsum", "prefix scan") for a, b in zip(passes[f](), seq))
+            y0 = scans["engine"]()[0]
+            diff = max(diff, *((fn()[0] - y0).abs().max().item() for k, fn in scans.items() if k != "engine"))
+            tp = medians(interleaved(passes, args.repeats))
+            ts = medians(interleaved(scans, args.repeats))
+        print(row([f"{L:,}", c, f"{tp['sequential'] * 1e3:.1f} ms", f"{tp['segsum'] / tp['sequential']:.2f}x",
+                   f"{tp['prefix scan'] / tp['sequential']:.2f}x", f"{diff:.1e}", f"{ts['engine'] * 1e3:.1f} ms",
+                   *(f"{ts[k] / ts['engine']:.2f}x" for k in list(scans)[1:]), f"{ts['engine'] / L * 1e6:.2f}"]),
+              flush=True)
+        figures[L] = {"chunks": c, "pass_s": tp, "scan_s": ts, "max_abs_diff": diff}
+        ratios[L] = {"pass_over_sequential": {k: v / tp["sequential"] for k, v in tp.items()},
+                     "scan_over_engine": {k: v / ts["engine"] for k, v in ts.items()}}
+    l0, l1 = lengths[0], lengths[-1]
+    f0, f1 = figures[l0]["scan_s"], figures[l1]["scan_s"]
+    print(f"\n{l0:,} -> {l1:,} tokens ({l1 / l0:.0f}x): the whole scan costs {f1['engine'] / f0['engine']:.1f}x with "
+          f"the engine, {f1[minimal] / f0[minimal]:.1f}x in {minimal} "
+          f"(linear would be {l1 / l0:.0f}x)")
+    write_json(args, figures, ratios)
 
 
 if __name__ == "__main__":

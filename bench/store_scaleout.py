@@ -23,7 +23,6 @@ Prints markdown tables and writes bench/out/store_scaleout-<parts>.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -34,8 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import ROOT, parse, parser, table, write_json  # noqa: E402
 
 from picaso_core import ModelConfig  # noqa: E402
 from picaso_core.store.store import DTYPES, StateStore  # noqa: E402
@@ -195,7 +195,9 @@ def part_sizing(demo_cfg, demo_rows: dict | None, gpu_tps: float, n_contexts: li
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, device=None, devices=None,
+               helps={"threads": "torch threads outside the speed part (default: torch's; 1 is faster on busy shared "
+                                 "cores)", "device": "where the model runs (default: load_model's choice)"})
     p.add_argument("--model", default="demo")
     p.add_argument("--parts", default="speed,dtype,sizing")
     p.add_argument("--contexts", type=int, default=None, help="first N contexts of the demo test database (all)")
@@ -204,16 +206,10 @@ def main() -> None:
     p.add_argument("--local-threads", default="1,2", help="torch threads of the local builds (the first is compared)")
     p.add_argument("--samples", type=int, default=200, help="held-out samples for the loss per dtype")
     p.add_argument("--read-repeats", type=int, default=3, help="timed reads of each store per kind (median)")
-    p.add_argument("--gpu-tokens-per-s", type=float, default=27e3, help="mamba2-2.7b bf16 on an H100 (issue 26)")
+    p.add_argument("--gpu-tokens-per-s", type=float, default=27e3, help="mamba2-2.7b bf16 on an H100, measured")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per context in the sizing table")
-    p.add_argument("--device", default=None)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads outside the speed part (default: torch's; 1 is faster on busy shared cores)")
-    args = p.parse_args()
+    args = parse(p)
     import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
 
     from picaso_core.data import load_corpus
     from picaso_core.engine.loading import load_model
@@ -224,6 +220,7 @@ def main() -> None:
     contexts = list(corpus.database.items())[: args.contexts]
     parts = set(args.parts.split(","))
     result = {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "device": str(model.device)}
+    ratios = {}
     tmp = Path(tempfile.mkdtemp(prefix="store_scaleout-"))
     try:
         if "speed" in parts:
@@ -231,41 +228,36 @@ def main() -> None:
                                                  [int(t) for t in args.local_threads.split(",")])
             print(f"\n## speed: {r['contexts']} contexts, {result['cpus']} CPUs, local {r['local_threads']} threads vs "
                   f"Ray {r['workers']} actors x 1 CPU\n")
-            print("| engine | seconds | contexts/s | vs local |\n|---|---|---|---|")
-            for threads, secs in r["local_by_threads"].items():
-                print(f"| local, {threads} torch threads | {secs:.1f} | {r['contexts'] / secs:.1f} | "
-                      f"{r['local_s'] / secs:.2f}x |")
-            print(f"| Ray, {r['workers']} workers (incl. actor start-up) | {r['ray_s']:.1f} | {r['ray_ctx_s']:.1f} | "
-                  f"{r['local_s'] / r['ray_s']:.2f}x |")
-            print(f"| local, {r['local_threads']} torch threads, again after Ray | {r['local_again_s']:.1f} | "
-                  f"{r['contexts'] / r['local_again_s']:.1f} | {r['local_s'] / r['local_again_s']:.2f}x |")
-            print(f"| Ray, minus the actors' start-up ({r['ray_actor_startup_s']:.1f} s) | "
-                  f"{r['ray_s'] - r['ray_actor_startup_s']:.1f} | {r['ray_ctx_s_without_startup']:.1f} | "
-                  f"{r['local_s'] / (r['ray_s'] - r['ray_actor_startup_s']):.2f}x |")
+            engines = {**{f"local, {t} torch threads": secs for t, secs in r["local_by_threads"].items()},
+                       f"Ray, {r['workers']} workers (incl. actor start-up)": r["ray_s"],
+                       f"local, {r['local_threads']} torch threads, again after Ray": r["local_again_s"],
+                       f"Ray, minus the actors' start-up ({r['ray_actor_startup_s']:.1f} s)":
+                           r["ray_s"] - r["ray_actor_startup_s"]}
+            ratios["speed_local_over"] = {k: r["local_s"] / secs for k, secs in engines.items()}
+            print(table([[k, f"{secs:.1f}", f"{r['contexts'] / secs:.1f}", f"{r['local_s'] / secs:.2f}x"]
+                         for k, secs in engines.items()], ["engine", "seconds", "contexts/s", "vs local"]))
             print(f"\nRay runtime start {r['ray_init_s']:.1f} s (not counted); states local vs Ray: max |diff| "
                   f"{r['max_abs_diff']:.1e}")
         if "dtype" in parts:
             r = result["dtype"] = part_dtype(model, corpus, contexts, args.samples, tmp / "dtype", args.read_repeats)
             names = r["names"]
             print(f"\n## dtype: {r['dtypes']['float32']['contexts']} contexts; loss on {r['samples']} held-out samples, all their contexts\n")
-            print("| dtype | disk | vs float32 | encode + write (s) | "
-                  + " | ".join(names[m] for m in names) + " |")
-            print("|---|---|---|---|" + "---|" * len(names))
             f32 = r["dtypes"]["float32"]["nbytes"]
-            for dtype, row in r["dtypes"].items():
-                cells = [f"{row['loss'][m]:.4f}" if dtype == "float32" else f"{100 * row['rel_change'][m]:+.3f}%"
-                         for m in names]
-                print(f"| {dtype} | {row['nbytes'] / 2**20:.1f} MiB | {row['nbytes'] / f32:.3f} | {row['encode_s']:.1f} | "
-                      + " | ".join(cells) + " |")
+            print(table([[dtype, f"{row['nbytes'] / 2**20:.1f} MiB", f"{row['nbytes'] / f32:.3f}", f"{row['encode_s']:.1f}",
+                          *(f"{row['loss'][m]:.4f}" if dtype == "float32" else f"{100 * row['rel_change'][m]:+.3f}%"
+                            for m in names)] for dtype, row in r["dtypes"].items()],
+                        ["dtype", "disk", "vs float32", "encode + write (s)", *names.values()]))
             print(f"\n(loss pass: {r['loss_s']:.0f} s for the three dtypes)\n\nread every state, fresh open, "
                   f"LRU cache off (median of {args.read_repeats}):\n")
-            print("| dtype | cold, sha256 checked | vs float32 | cold, no check | vs float32 | warm page cache, "
-                  "no check | vs float32 |\n|---|---|---|---|---|---|---|")
             f32r = r["dtypes"]["float32"]["read_s"]
-            for dtype, row in r["dtypes"].items():
-                rs = row["read_s"]
-                print(f"| {dtype} | " + " | ".join(f"{rs[k]:.2f} s | {rs[k] / f32r[k]:.2f}"
-                                                  for k in ("cold", "cold_noverify", "warm")) + " |")
+            kinds = ("cold", "cold_noverify", "warm")
+            ratios["read_over_float32"] = {d: {k: row["read_s"][k] / f32r[k] for k in kinds} for d, row in r["dtypes"].items()}
+            print(table([[dtype, *(x for k in kinds for x in (f"{row['read_s'][k]:.2f} s",
+                                                               f"{ratios['read_over_float32'][dtype][k]:.2f}"))]
+                         for dtype, row in r["dtypes"].items()],
+                        ["dtype", "cold, sha256 checked", "vs float32", "cold, no check", "vs float32",
+                         "warm page cache, no check", "vs float32"]))
+            ratios["loss_rel_change"] = {d: row["rel_change"] for d, row in r["dtypes"].items()}
             worst = {d: max(abs(v) for v in row["rel_change"].values()) for d, row in r["dtypes"].items()}
             print("\nlargest |relative change| of a method's mean loss: "
                   + ", ".join(f"{d} {100 * w:.3f}%" for d, w in worst.items() if d != "float32"))
@@ -274,19 +266,18 @@ def main() -> None:
             rows = result["sizing"] = part_sizing(model.config, demo_rows, args.gpu_tokens_per_s, [1000, 36000],
                                                   args.tokens)
             print(f"\n## sizing ({args.tokens} tokens per context for the computed rows)\n")
-            print("| model | dtype | contexts | state | disk | encode time | |\n|---|---|---|---|---|---|---|")
-            for x in rows:
-                t = f"{x['cpu_s']:.0f} s (CPU)" if "cpu_s" in x else f"{x['gpu_min']:.1f} GPU-min (H100, est.)"
-                print(f"| {x['model']} | {x['dtype']} | {x['contexts']:,} | {x['state_mib']:.2f} MiB | "
-                      f"{x['disk_gib'] * 1024:.0f} MiB | {t} | {x['source']} |" if x["disk_gib"] < 1 else
-                      f"| {x['model']} | {x['dtype']} | {x['contexts']:,} | {x['state_mib']:.2f} MiB | "
-                      f"{x['disk_gib']:.1f} GiB | {t} | {x['source']} |")
+            print(table([[x["model"], x["dtype"], f"{x['contexts']:,}", f"{x['state_mib']:.2f} MiB",
+                          f"{x['disk_gib'] * 1024:.0f} MiB" if x["disk_gib"] < 1 else f"{x['disk_gib']:.1f} GiB",
+                          f"{x['cpu_s']:.0f} s (CPU)" if "cpu_s" in x else f"{x['gpu_min']:.1f} GPU-min (H100, est.)",
+                          x["source"]] for x in rows],
+                        ["model", "dtype", "contexts", "state", "disk", "encode time", ""]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out = ROOT / "bench" / "out" / f"store_scaleout-{args.parts.replace(',', '-')}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out}")
+    write_json(args, result, ratios)
 
 
 if __name__ == "__main__":

@@ -15,21 +15,18 @@ Shared machines are noisy: the claim is the ratio of medians taken in the same r
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from picaso_core.analysis import experiments as E  # noqa: E402
+from harness import interleaved, medians, parse, parser, ratios, table, write_json  # noqa: E402
+
+from picaso_core.analysis import sweep as S  # noqa: E402
 from picaso_core.retrieval import rankers as R  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.engine.loading import load_model  # noqa: E402
@@ -37,42 +34,39 @@ from picaso_core.store.store import StateStore  # noqa: E402
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, threads=2, repeats=3)
     ap.add_argument("--samples", type=int, default=6)
     ap.add_argument("--ks", default="0-10")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = parse(ap, argv)
     model = load_model("demo")
     corpus = load_corpus("demo", "test")
     samples = corpus.samples[: args.samples]
-    ks = E.parse_ks(args.ks)
+    ks = S.parse_ks(args.ks)
     ranker = R.make_ranker("bm25", corpus.database)
     with tempfile.TemporaryDirectory() as tmp:
-        store = StateStore.build(model, [], Path(tmp) / "store", suffix=E.CONTEXT_SUFFIX, progress=False)
-        source = E.ContextSource.from_store(store, corpus.database, progress=False)
+        store = StateStore.build(model, [], Path(tmp) / "store", suffix=S.CONTEXT_SUFFIX, progress=False)
+        source = S.ContextSource.from_store(store, corpus.database, progress=False)
         ids = {c for s in samples for c in R.rank_sample(ranker, s, max(ks))}
         source.prepare(sorted(ids))  # the database build: not timed, as in the CLI
-        times: dict[str, list[float]] = {"every state on its own": [], "shared prefixes": []}
-        logs = {}
-        for _ in range(args.repeats):
-            for name, timed in (("every state on its own", None), ("shared prefixes", 0)):
-                log = E.MemoryLog()
-                t = time.perf_counter()
-                n = E.run_sweep(model, samples, ranker, source, ks, log, timed=timed)
-                times[name].append((time.perf_counter() - t) / n)
-                logs[name] = log
+        logs, steps = {}, {}
+
+        def sweep(name: str, timed: int | None):
+            def run():
+                logs[name] = S.MemoryLog()
+                steps[name] = S.run_sweep(model, samples, ranker, source, ks, logs[name], timed=timed)
+            return run
+
+        times = interleaved({"every state on its own": sweep("every state on its own", None),
+                             "shared prefixes": sweep("shared prefixes", 0)}, args.repeats, warmup=False)
     a, b = logs.values()
     worst = max(abs(r["loss"] - b.records[key]["loss"]) for key, r in a.records.items())
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: v / steps[k] for k, v in medians(times).items()}  # seconds per sample x k step
     print(f"demo model, {len(samples)} samples x k = {args.ks}, 7 methods, {args.threads} thread(s), "
           f"median of {args.repeats} interleaved repeats")
-    print("| sweep | s per sample x k | steps/s |\n|---|---|---|")
-    for k, v in med.items():
-        print(f"| {k} | {v:.3f} | {1 / v:.2f} |")
-    print(f"\nshared prefixes: {med['every state on its own'] / med['shared prefixes']:.2f}x faster; "
-          f"largest loss difference {worst:.1e}")
+    print(table([[k, f"{v:.3f}", f"{1 / v:.2f}"] for k, v in med.items()], ["sweep", "s per sample x k", "steps/s"]))
+    vs = ratios(med, "shared prefixes")
+    print(f"\nshared prefixes: {vs['every state on its own']:.2f}x faster; largest loss difference {worst:.1e}")
+    write_json(args, {"s_per_step": med, "steps": steps, "largest_loss_difference": worst}, vs)
 
 
 if __name__ == "__main__":

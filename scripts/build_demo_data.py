@@ -42,10 +42,10 @@ N_QA = 200
 TOKENIZER_EXAMPLES = 6000  # training-stream examples the tokenizer is trained on
 # Document shares of the tokenizer's corpus: the world's text as in mix v1, but skill facts as
 # knowledge passages (every item, train and test alike), never as demonstrations. Demonstrations use
-# train items only, so a corpus with them (the first tokenizer's) merges train answers into single
-# pieces and leaves held-out answers in fragments: 83% of the train capitals were one token, 0% of
-# the held-out ones, and a model trained on one-token answers after `→` ended its line after the
-# first fragment of a held-out answer (" B" for " Bottle", " A" for " Amman"). Knowledge passages
+# train items only, so a corpus with them merges train answers into single pieces and leaves
+# held-out answers in fragments. Measured on such a tokenizer: 83% of the train capitals are one
+# token, 0% of the held-out ones, and a model trained on one-token answers after `→` ends its line
+# after the first fragment of a held-out answer (" B" for " Bottle", " A" for " Amman"). Knowledge passages
 # are ~60% of this corpus's documents, so that nearly every answer is one piece in both splits (as
 # common words are in a real tokenizer); at 15% they stayed 2-5 fragments in both.
 TOKENIZER_MIX = {"retrieval": 0.45, "qa": 0.2, "knowledge": 1.5, "passage": 0.15}

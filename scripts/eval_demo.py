@@ -186,7 +186,7 @@ def model_card(folder: Path, ev: dict, note: str = "") -> str:
         skills_tail = (f"Mean over the base tasks: {100 * mean[0]:.0f}% with no demonstration, {100 * mean[1]:.0f}% / "
                        f"{100 * mean[4]:.0f}% / {100 * mean[16]:.0f}% at k = 1 / 4 / 16; {100 * sk['mean_shuffled']:.0f}% "
                        f"on the shuffled variants at k = 16.")
-    else:  # an eval.json written before skill_eval.py: random draws of test items, no k = 0 or shuffled probe
+    else:  # an eval.json without skill_eval.py's fields: random draws of test items, no k = 0 or shuffled probe
         skills_md = skill_table({t: {int(k): v for k, v in a.items()} for t, a in sk.items()})
         skills_head = (f"### In-context skills (greedy exact match, {ev.get('skill_queries', '?')} random held-out "
                        "queries per task and k; evaluated before `picaso_core/analysis/skill_eval.py` existed)")

@@ -40,7 +40,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
 
     from picaso_core.compose import compose
-    from picaso_core.analysis.landscape import PlaneGeometry, fig2_anchors, plane
+    from picaso_core.analysis.landscape import PlaneGeometry, plane
+    from picaso_core.analysis.landscape_fig2 import fig2_anchors
     from picaso_core.ui import landscape_tab as tab
     from picaso_core.ui.resources import load_resources
 

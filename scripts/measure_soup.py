@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import load_model
 
-from picaso_core.analysis import soup  # noqa: E402
+from picaso_core.analysis import soup, soup_mixing, soup_projection  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
-from picaso_core.ui import soup_tab  # noqa: E402
+from picaso_core.ui import soup_handlers, soup_lab  # noqa: E402
 
 KS = (1, 2, 4, 8, 16)
 
@@ -53,7 +53,7 @@ def pct(x: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="demo")
-    ap.add_argument("--per-task", type=int, default=soup_tab.PER_TASK, help="library states per task (the app's: 12)")
+    ap.add_argument("--per-task", type=int, default=soup_lab.PER_TASK, help="library states per task (the app's: 12)")
     ap.add_argument("--timing-per-task", type=int, default=25,
                     help="states per task of the library whose build and projections are timed (25 x 20 tasks = 500)")
     ap.add_argument("--queries", type=int, default=10, help="queries per task and k (retrieval, mixing)")
@@ -80,8 +80,8 @@ def main() -> None:
         x = big.unit_features(mid, "ssm")
         times = {"states": len(big), "build_s": build_s, "reopen_s": reopen_s}
         for method in ("pca", "tsne", "umap"):
-            _, times[method + "_s"] = timed(soup.project, x, method, 2, 0)
-        _, times["umap_warm_s"] = timed(soup.project, x, "umap", 2, 0)
+            _, times[method + "_s"] = timed(soup_projection.project, x, method, 2, 0)
+        _, times["umap_warm_s"] = timed(soup_projection.project, x, "umap", 2, 0)
         del big, x
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -98,19 +98,19 @@ def main() -> None:
     rc = soup.retrieval_accuracy(model, lib, KS, args.queries, "conv")
     out["retrieval"] = {"ssm": r, "conv": rc}
     print("retrieval", r["accuracy"])
-    rows = soup.mixing_table(model, None, 16, KS, args.queries, 0)
-    rmix = soup.retrieval_mixing(model, lib, (1, 2, 4, 8), 1, mid, "ssm", args.queries, 0)
+    rows = soup_mixing.mixing_table(model, None, 16, KS, args.queries, 0)
+    rmix = soup_mixing.retrieval_mixing(model, lib, (1, 2, 4, 8), 1, mid, "ssm", args.queries, 0)
     out["mixing"], out["retrieval_mixing"] = rows, rmix
     print("mixing", rows, rmix)
-    a, b = soup_tab.TASK_A, soup_tab.TASK_B
-    answers = soup_tab.DEFAULT_ANSWERS.split("\n")
-    two = soup.two_task_mix(model, soup.task_state(lib, a), soup.task_state(lib, b), soup_tab.DEFAULT_PROMPT, answers,
+    a, b = soup_handlers.TASK_A, soup_handlers.TASK_B
+    answers = soup_handlers.DEFAULT_ANSWERS.split("\n")
+    two = soup_mixing.two_task_mix(model, soup_mixing.task_state(lib, a), soup_mixing.task_state(lib, b), soup_handlers.DEFAULT_PROMPT, answers,
                             ws=(0.0, 0.25, 0.5, 0.75, 1.0))
-    out["two_task"] = {"task_a": a, "task_b": b, "prompt": soup_tab.DEFAULT_PROMPT, "rows": two}
+    out["two_task"] = {"task_a": a, "task_b": b, "prompt": soup_handlers.DEFAULT_PROMPT, "rows": two}
     print("two task", two)
     corpus = load_corpus("demo", "test")
-    chunks = soup.document_chunks(list(corpus.database.values()), model.tokenizer, args.chunk, args.windows)
-    dt = soup.decay_table(model, chunks)
+    chunks = soup_mixing.document_chunks(list(corpus.database.values()), model.tokenizer, args.chunk, args.windows)
+    dt = soup_mixing.decay_table(model, chunks)
     out["decay"] = dt
     print("decay", dt)
 

@@ -86,7 +86,7 @@ def save_model_dir(model: SSMLanguageModel, folder: Path, tokenizer_json: Path) 
 
 # Browser tests: Gradio re-renders outputs, so an element found by a wait's condition can leave the page
 # before the condition reads it. Every WebDriverWait then retries instead of failing on
-# StaleElementReferenceException (a real failure still times out). CI failed twice on that race.
+# StaleElementReferenceException (a real failure still times out).
 try:
     import selenium.webdriver.support.wait as _selenium_wait
     from selenium.common.exceptions import StaleElementReferenceException as _Stale

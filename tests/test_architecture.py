@@ -215,7 +215,7 @@ def documented_entry_points() -> list[str]:
     texts += [p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))]
     found = set()
     for text in texts:
-        for m in re.finditer(r"python -m (picaso_core[\w.]*)((?: [a-z][\w-]*)?)", text):
+        for m in re.finditer(r"python -m (picaso_core(?:\.\w+)+)((?: [a-z][\w-]*)?)", text):
             sub = m.group(2).strip()
             found.add(f"{m.group(1)} {sub}".strip() if sub in ("build",) else m.group(1))
     return sorted(found)

@@ -79,7 +79,7 @@ def test_benchmarks_endpoint_through_gradio_client(app_url):  # noqa: F811
         client.predict(samples=1, ks="0,50", methods=["none"], retriever="minilm", api_name="/benchmarks")
 
 
-# ---- talk-ready figures (#27 point 7) ----------------------------------------------------------------
+# ---- talk-ready figures ------------------------------------------------------------------------------
 def _decade_step(t: float) -> float:
     return round(t / 10 ** math.floor(math.log10(t) + 1e-9), 6)
 
@@ -124,7 +124,7 @@ def test_the_live_time_axis_reads_1_2_5_too(res):  # noqa: F811
 
 
 def test_shipped_figures_have_sane_k_ranges_and_uncluttered_log_axes():
-    """Issue 27, point 7: a k axis spans the k that were run (the 50-chunk plot ran from -27.6 to 55),
+    """A k axis spans the k that were run (not, say, -27.6 to 55 for k up to 50),
     and log axes label 1-2-5 ticks only (not plotly's '2 3 4 5 6 7 8 9 100 2 3 4')."""
     from picaso_core.plots import experiments as P
 

@@ -97,7 +97,7 @@ def test_page_runs_a_query_and_shows_the_results_table(browser, app_url):  # noq
     assert len(browser.find_elements(By.CSS_SELECTOR, ".px-gen")) == len(METHODS)
     # the chart renders after the table arrives (plotly draws client-side): wait for it
     assert WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"))
-    assert layout_problems(browser, ["compose-plot"]) == []  # the subplot titles clear the label (#27)
+    assert layout_problems(browser, ["compose-plot"]) == []  # the subplot titles clear the label
     shot = os.environ.get("PICASO_SCREENSHOT", str(Path(tempfile.gettempdir()) / "picaso_browser.png"))
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(shot)

@@ -1,6 +1,6 @@
 """Headless Chromium: the Loss landscape tab shows its default view (both planes drawn) on opening,
 and a run on one sample redraws both planes; at 800 px wide the planes stack and no plot title,
-axis title or table column is cut (#27 point 6). Skips without chromium / chromedriver / selenium.
+axis title or table column is cut. Skips without chromium / chromedriver / selenium.
 Leaves a screenshot at $PICASO_SCREENSHOT_LANDSCAPE (default: <tmp>/picaso_landscape.png)."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_landscape_tab_draws_both_planes(browser, app_url):  # noqa: F811
     shot = os.environ.get("PICASO_SCREENSHOT_LANDSCAPE", str(Path(tempfile.gettempdir()) / "picaso_landscape.png"))
     browser.save_screenshot(shot)
 
-    # 800 px: the planes stack at full width (they were squeezed to 344 px side by side), titles whole
+    # 800 px: the planes stack at full width (side by side they would be squeezed to 344 px), titles whole
     browser.set_window_size(800, 2000)
     width = lambda eid: browser.find_element(By.CSS_SELECTOR, f"#{eid} .main-svg").size["width"]  # noqa: E731
     wait.until(lambda d: width("landscape-soup") > 600)

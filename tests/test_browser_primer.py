@@ -43,7 +43,7 @@ def test_primer_tab_draws_moves_and_measures(browser, app_url):  # noqa: F811
     lengths.clear()
     lengths.send_keys("64, 128, 256")
     # the shipped measurement is shown until the live one replaces it (checked before the click: the
-    # short lengths can be measured before a check after it runs; CI once lost that race)
+    # short lengths can be measured before a check after it runs)
     assert "Shown until you measure" in browser.find_element(By.ID, "primer-complexity-md").text
     browser.find_element(By.ID, "primer-measure").click()
     wait.until(lambda d: "Shown until" not in (t := d.find_element(By.ID, "primer-complexity-md").text)

@@ -37,7 +37,7 @@ def test_soup_tab_draws_the_skill_map(browser, app_url):  # noqa: F811
     assert "nearest neighbour" in summary and "Tasks separate best at layer" in summary
     shot = os.environ.get("PICASO_SOUP_SCREENSHOT", str(Path(tempfile.gettempdir()) / "picaso_soup.png"))
     browser.save_screenshot(shot)
-    # the 20 tasks' legend fits inside the figure, at 1400 px and at 800 px (issue #27: it was cut off)
+    # the 20 tasks' legend fits inside the figure, at 1400 px and at 800 px, not cut off
     try:
         for width in (1400, 800):
             browser.set_window_size(width, 2000)

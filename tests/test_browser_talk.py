@@ -1,4 +1,4 @@
-"""What a speaker or a visitor sees in the browser (issue 27): a rejected input leaves no red
+"""What a speaker or a visitor sees in the browser: a rejected input leaves no red
 "Error" badge on the outputs and its toast does not outlive the next, successful run; at 800 px
 every tab's plot titles fit inside their figures. Headless Chromium; skips without it."""
 
@@ -41,7 +41,7 @@ def _set_text(driver, css: str, value: str):
 
 def _visible(driver, css: str) -> list:
     """The matching elements on screen; one removed from the page between the query and the check
-    (a toast closing: what the test waits for) counts as not visible (CI once failed on that race)."""
+    (a toast closing: what the test waits for) counts as not visible, not as an error."""
     from selenium.common.exceptions import StaleElementReferenceException
 
     out = []

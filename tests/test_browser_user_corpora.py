@@ -1,4 +1,4 @@
-"""Headless Chromium on the app over a database file alone (no samples, no labels; issue #20): every
+"""Headless Chromium on the app over a database file alone (no samples, no labels): every
 tab opens without an error and shows, at its top, what it cannot show on this corpus. Screenshots
 are left in $PICASO_SCREENSHOT_DIR (default: the temp folder) to look at."""
 

@@ -1,4 +1,4 @@
-"""Every text input of every named endpoint has a cap, checked before any work (issue 27): a
+"""Every text input of every named endpoint has a cap, checked before any work: a
 20,000-character value is refused in under 2 s with a short, one-line message, through the API as a
 visitor of a public Space would send it."""
 
@@ -63,7 +63,7 @@ def test_every_text_input_refuses_20000_characters_fast(app_url):  # noqa: F811
     assert not accepted, f"20,000 characters accepted by {accepted}"
     # each refusal is about the 20,000 characters sent, not about another parameter's value
     assert not off_topic, off_topic
-    # the server log: one line per rejected input, never a traceback (issue 27, point 9), each named
+    # the server log: one line per rejected input, never a traceback, each named
     # by its endpoint as the API calls it ("rejected input to /soup_map: ...")
     log = _SERVED["log"].read_text()
     assert "Traceback" not in log, log[log.index("Traceback"):][:1500]

@@ -1,4 +1,4 @@
-"""COFFEE lab (issue #24): the layers' fast paths against their step-by-step references, the task
+"""COFFEE lab: the layers' fast paths against their step-by-step references, the task
 generators against their definitions (appendix D, F.1), the paper's parameter counts, table 1's
 separation on a test-sized budget, and clear errors on bad input."""
 

@@ -71,7 +71,7 @@ def test_build_script_leaves_the_tree_clean_and_its_manifest_true(tmp_path):
     """`scripts/build_demo_data.py --no-embeddings`, run as a user runs it but over a copy of assets/
     (the copy holds every file of assets/demo_data, landscape_default.json and the embeddings
     included): no file changes, so the tree stays clean, and MANIFEST.json's sha256 list matches the
-    files (issue #20: a run used to leave the manifest stale). About 2 s."""
+    files (a run must not leave the manifest stale). About 2 s."""
     import hashlib
     import shutil
     import subprocess

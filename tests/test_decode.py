@@ -1,4 +1,4 @@
-"""Fast decode (issue 21): the recurrent `step` is the twin of `forward`, and `generate_batch` is
+"""Fast decode: the recurrent `step` is the twin of `forward`, and `generate_batch` is
 many `generate`s at once (greedy token-identical, EOS per row, clear errors)."""
 
 from types import SimpleNamespace
@@ -259,14 +259,14 @@ def test_compose_click_uses_the_fewest_forwards(demo):
 
 
 def test_two_task_mix_generates_in_one_batch(tiny_model_dir, monkeypatch):
-    """soup.two_task_mix generates for all its weights in ONE generate_batch call (the attribution
+    """soup_mixing.two_task_mix generates for all its weights in ONE generate_batch call (the attribution
     answer's single call: tests/test_attribution_app.py)."""
-    from picaso_core.analysis import soup
+    from picaso_core.analysis import soup_mixing
 
     model = load_model(str(tiny_model_dir))
     calls = []
     real = model.generate_batch
     monkeypatch.setattr(model, "generate_batch", lambda p, states, *a, **k: calls.append(len(states)) or real(p, states, *a, **k))
     a, b = (model.encode_context(_ids(n, seed=n)) for n in (6, 9))
-    rows = soup.two_task_mix(model, a, b, "one →", ["two"], ws=[0.0, 0.25, 0.5, 1.0], max_new_tokens=3)
+    rows = soup_mixing.two_task_mix(model, a, b, "one →", ["two"], ws=[0.0, 0.25, 0.5, 1.0], max_new_tokens=3)
     assert len(rows) == 4 and calls == [4]

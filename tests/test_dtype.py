@@ -1,4 +1,4 @@
-"""bf16 / fp16 inference chosen at start (issue 25, item 4): `app.py --dtype` / PICASO_DTYPE reach
+"""bf16 / fp16 inference chosen at start: `app.py --dtype` / PICASO_DTYPE reach
 load_model, the weights and activations take that dtype, states stay float32, and each method's
 loss moves by well under a percent on the demo (bench/dtype_loss.py measures all 200 samples)."""
 
@@ -10,7 +10,7 @@ import torch
 import app
 from picaso_core.data import load_corpus
 from picaso_core.analysis.evaluate import METHODS, evaluate_samples
-from picaso_core.analysis.experiments import CONTEXT_SUFFIX
+from picaso_core.analysis.sweep import CONTEXT_SUFFIX
 from picaso_core.ui.resources import load_resources
 
 

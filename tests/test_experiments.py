@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from picaso_core.analysis import experiments as E
+from picaso_core.analysis import experiments as E, sweep
 from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
 from picaso_core.data import write_samples
@@ -50,8 +50,8 @@ def model(tiny_model_dir):
 
 
 def source_for(model, database, tmp_path):
-    store = StateStore.build(model, [], tmp_path / "store", suffix=E.CONTEXT_SUFFIX, progress=False)
-    return E.ContextSource.from_store(store, database, progress=False)
+    store = StateStore.build(model, [], tmp_path / "store", suffix=sweep.CONTEXT_SUFFIX, progress=False)
+    return sweep.ContextSource.from_store(store, database, progress=False)
 
 
 def ranker_for(database):
@@ -60,21 +60,21 @@ def ranker_for(database):
 
 # ---- k lists, rankers -----------------------------------------------------------------------------
 def test_parse_ks_ranges_lists_and_errors():
-    assert E.parse_ks("0-10") == list(range(11))
-    assert E.parse_ks("0,2,5") == [0, 2, 5]
-    assert E.parse_ks("5,0-2,2") == [0, 1, 2, 5]
-    assert E.parse_ks("none") == [] and E.parse_ks([3, 1]) == [1, 3]
+    assert sweep.parse_ks("0-10") == list(range(11))
+    assert sweep.parse_ks("0,2,5") == [0, 2, 5]
+    assert sweep.parse_ks("5,0-2,2") == [0, 1, 2, 5]
+    assert sweep.parse_ks("none") == [] and sweep.parse_ks([3, 1]) == [1, 3]
     for bad in ("a", "3-1", "1;2"):
         with pytest.raises(ValueError, match="k"):
-            E.parse_ks(bad)
+            sweep.parse_ks(bad)
 
 
 def test_retrieval_excludes_the_samples_own_chunks_and_presents_the_top_k_most_relevant_last(model, tmp_path):
     corpus = wikitext_corpus(WIKI_ROWS, min_words=8)
     assert len(corpus) == 4 and all(len(s.exclude_ids) == 2 for s in corpus)
     ranker = ranker_for(corpus.database)
-    log = E.MemoryLog()
-    E.run_sweep(model, corpus.samples, ranker, source_for(model, corpus.database, tmp_path), [0, 1, 3], log,
+    log = sweep.MemoryLog()
+    sweep.run_sweep(model, corpus.samples, ranker, source_for(model, corpus.database, tmp_path), [0, 1, 3], log,
                 methods=("none", "picaso_r"))
     assert len(log) == 4 * 3 * 2
     for r in log.records.values():
@@ -90,8 +90,8 @@ def test_retrieval_excludes_the_samples_own_chunks_and_presents_the_top_k_most_r
 def test_msmarco_samples_use_their_own_passages_most_relevant_last(model, tmp_path):
     corpus = msmarco_corpus(MARCO_ROWS)
     ranker = ranker_for(corpus.database)
-    log = E.MemoryLog()
-    E.run_sweep(model, corpus.samples, ranker, source_for(model, corpus.database, tmp_path), [1, 2, None], log,
+    log = sweep.MemoryLog()
+    sweep.run_sweep(model, corpus.samples, ranker, source_for(model, corpus.database, tmp_path), [1, 2, None], log,
                 methods=("none", "concat", "picaso_r"))
     for s in corpus:
         recs = [r for r in log.records.values() if r["sample_id"] == s.sample_id]
@@ -110,8 +110,8 @@ def test_msmarco_samples_use_their_own_passages_most_relevant_last(model, tmp_pa
 
 def test_k0_gives_the_baseline_loss_for_every_method(model, tmp_path):
     corpus = wikitext_corpus(WIKI_ROWS, min_words=8)
-    log = E.MemoryLog()
-    E.run_sweep(model, corpus.samples[:2], ranker_for(corpus.database), source_for(model, corpus.database, tmp_path),
+    log = sweep.MemoryLog()
+    sweep.run_sweep(model, corpus.samples[:2], ranker_for(corpus.database), source_for(model, corpus.database, tmp_path),
                 [0, 2], log)
     for s in corpus.samples[:2]:
         at0 = {r["method"]: r["loss"] for r in log.records.values() if r["sample_id"] == s.sample_id and r["k"] == 0}
@@ -126,9 +126,9 @@ def test_shared_prefix_sweep_gives_the_timed_sweeps_losses_and_no_compose_time_w
     corpus = wikitext_corpus(WIKI_ROWS, min_words=8)
     ranker, src = ranker_for(corpus.database), source_for(model, corpus.database, tmp_path)
     ks = [0, 1, 2, 3]
-    full, shared = E.MemoryLog(), E.MemoryLog()
-    E.run_sweep(model, corpus.samples, ranker, src, ks, full)
-    E.run_sweep(model, corpus.samples, ranker, src, ks, shared, timed=1)
+    full, shared = sweep.MemoryLog(), sweep.MemoryLog()
+    sweep.run_sweep(model, corpus.samples, ranker, src, ks, full)
+    sweep.run_sweep(model, corpus.samples, ranker, src, ks, shared, timed=1)
     assert full.records.keys() == shared.records.keys() and len(full) == 4 * 4 * len(E.METHODS)
     first = corpus.samples[0].sample_id
     for key, r in shared.records.items():
@@ -140,8 +140,8 @@ def test_shared_prefix_sweep_gives_the_timed_sweeps_losses_and_no_compose_time_w
     c = S.curves(shared.records.values())
     assert all(v is not None and v > 0 for v in c["compose_ms"]["picconcat_r"][1:])
     # with no timed sample at all there is no compose time for them, and the figures still draw
-    none_timed = E.MemoryLog()
-    E.run_sweep(model, corpus.samples[:1], ranker, src, [0, 2], none_timed, timed=0)
+    none_timed = sweep.MemoryLog()
+    sweep.run_sweep(model, corpus.samples[:1], ranker, src, [0, 2], none_timed, timed=0)
     c0 = S.curves(none_timed.records.values())
     assert c0["compose_ms"]["concat"][1] is None and c0["compose_ms"]["soup"][1] is not None
     from picaso_core.plots import experiments as P
@@ -195,28 +195,28 @@ def test_resume_after_an_interrupt_recomputes_nothing_done(model, tmp_path, monk
     corpus = wikitext_corpus(WIKI_ROWS, min_words=8)
     ranker, src = ranker_for(corpus.database), source_for(model, corpus.database, tmp_path)
     ks, methods = [0, 1, 2], ("none", "concat", "picaso_r")
-    full = E.RecordLog(tmp_path / "full.jsonl")
-    assert E.run_sweep(model, corpus.samples, ranker, src, ks, full, methods) == 4 * 3
+    full = sweep.RecordLog(tmp_path / "full.jsonl")
+    assert sweep.run_sweep(model, corpus.samples, ranker, src, ks, full, methods) == 4 * 3
     lines = (tmp_path / "full.jsonl").read_text().splitlines(keepends=True)
     n = 7  # interrupted after 7 records (mid-group), with half a line written
     (tmp_path / "cut.jsonl").write_text("".join(lines[:n]) + lines[n][: len(lines[n]) // 2])
 
     calls = []
-    real = E.run_methods
-    monkeypatch.setattr(E, "run_methods", lambda *a, **kw: calls.append(kw["methods"]) or real(*a, **kw))
-    resumed = E.RecordLog(tmp_path / "cut.jsonl")
+    real = sweep.run_methods
+    monkeypatch.setattr(sweep, "run_methods", lambda *a, **kw: calls.append(kw["methods"]) or real(*a, **kw))
+    resumed = sweep.RecordLog(tmp_path / "cut.jsonl")
     assert len(resumed) == n  # the torn line is dropped
-    groups = E.run_sweep(model, corpus.samples, ranker, src, ks, resumed, methods)
+    groups = sweep.run_sweep(model, corpus.samples, ranker, src, ks, resumed, methods)
     assert groups == 4 * 3 - n // len(methods)  # the 2 finished groups are skipped
     assert list(calls[0]) == ["concat", "picaso_r"]  # the interrupted group computes only its missing methods
     assert sum(map(len, calls)) == len(full) - n
-    again = E.RecordLog(tmp_path / "cut.jsonl")  # what is on disk
+    again = sweep.RecordLog(tmp_path / "cut.jsonl")  # what is on disk
     assert set(again.records) == set(full.records)
     for key, r in full.records.items():
         assert again.records[key]["context_ids"] == r["context_ids"]
         assert again.records[key]["loss"] == pytest.approx(r["loss"], abs=1e-4)
     calls.clear()
-    assert E.run_sweep(model, corpus.samples, ranker, src, ks, again, methods) == 0 and not calls
+    assert sweep.run_sweep(model, corpus.samples, ranker, src, ks, again, methods) == 0 and not calls
 
 
 # ---- the CLI --------------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def test_online_retrievers_skip_with_a_clear_message_offline(monkeypatch):
         R.make_ranker("tfidf", {"a": "x"})
 
 
-# ---- the app's MS MARCO path (item 6) ------------------------------------------------------------
+# ---- the app's MS MARCO path ---------------------------------------------------------------------
 def test_the_apps_qa_examples_retrieve_from_their_own_passages(tiny_model_dir, tmp_path):
     from picaso_core.ui import compose_tab
     from picaso_core.ui.resources import load_resources

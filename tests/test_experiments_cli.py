@@ -1,4 +1,4 @@
-"""The experiments command as a new user meets it (issue #20): --help at once, --database FILE, an
+"""The experiments command as a new user meets it: --help at once, --database FILE, an
 offline machine detected in seconds with the right advice, and a report that says what ran."""
 
 from __future__ import annotations

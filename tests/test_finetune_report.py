@@ -1,6 +1,6 @@
 """The fine-tuning report and model card, written from the SHIPPED evaluation (assets/demo_model_bptc/
 finetune_eval.json, no model run): the fig. 4 table with its gaps, the flags of every figure beyond the
-issue's 3% limit, the paper's tables 1 and 2, the shortfalls; the card on disk is what the code writes;
+3% limit, the paper's tables 1 and 2, the shortfalls; the card on disk is what the code writes;
 scripts/finetune_demo.py derives the shipped runs' step counts from one epoch."""
 
 import copy

@@ -16,7 +16,7 @@ pytestmark = [
 
 
 @pytest.mark.skipif(not kernels["mamba_chunk_scan_combined"], reason="mamba_ssm not installed")
-# Tolerances from the H100 run of issue 25: the Triton kernel's float32 path computes at TF32
+# Tolerances measured on an H100: the Triton kernel's float32 path computes at TF32
 # precision (kernel vs reference 1.3-1.9e-3 relative, measured), so float32 gets 5e-3 (a 2.5x margin),
 # not a float32-level 1e-3, which it failed; bfloat16 measured 3-6e-3 and keeps 3e-2.
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 5e-3), (torch.bfloat16, 3e-2)])
@@ -53,7 +53,7 @@ def test_model_on_gpu_matches_cpu_with_states():
     st = m.encode_context(torch.randint(0, TINY_VOCAB, (17,)))
     ref, ref_state = m(ids, st)
     got, got_state = m.to("cuda")(ids.cuda(), st)
-    # measured on the H100 (issue 25, demo model): pure torch on CUDA 1.7e-6 (state) / 1.6e-5 (loss)
+    # measured on an H100 (demo model): pure torch on CUDA 1.7e-6 (state) / 1.6e-5 (loss)
     # relative to the CPU; with the Triton SSD kernel (TF32) 1.3e-3 / 6.5e-4. Limits ~4x above.
     tol = 5e-3 if kernels["mamba_chunk_scan_combined"] else 1e-4
     assert (got.cpu() - ref).abs().max().item() <= tol * ref.abs().max().item()

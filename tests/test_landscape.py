@@ -8,8 +8,8 @@ import torch
 
 from conftest import tiny_model
 from picaso_core.compose import compose
-from picaso_core.analysis.landscape import (PlaneGeometry, PlaneInput, average_planes, fig2_anchors, line, plane,
-                                   prop4_distances, prop4_table, score_weights)
+from picaso_core.analysis.landscape import PlaneGeometry, PlaneInput, average_planes, line, plane, score_weights
+from picaso_core.analysis.landscape_fig2 import fig2_anchors, prop4_distances, prop4_table
 
 QUERY = [5, 17, 40, 3, 99]
 CONT = [12, 7, 250, 31]
@@ -180,7 +180,7 @@ def test_prop4_unsquared_bound_per_layer(setup):
 
 
 def test_fig2_average_and_summary(setup):
-    from picaso_core.analysis.landscape import fig2
+    from picaso_core.analysis.landscape_fig2 import fig2
 
     model, states = setup
     ids = contexts()

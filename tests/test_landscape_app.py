@@ -96,7 +96,7 @@ def test_landscape_endpoint_through_gradio_client(app_url):  # noqa: F811
     assert again[5]["sample_ids"] == ["q-velmora"]  # still serving
 
 
-# ---- talk-ready layout (#27 points 6, 8): on the shipped default view, no model needed ------------
+# ---- talk-ready layout: on the shipped default view, no model needed -------------------------------
 def _shipped() -> dict:
     return json.loads(landscape_tab.SHIPPED.read_text())
 
@@ -156,7 +156,7 @@ def test_plane_figures_fit_a_narrow_plot(view):
 
 
 @pytest.mark.parametrize("caso, soup, printed", [
-    (0.76954878, 0.76739709, ("0.770", "0.767", "higher by 0.003")),  # the shipped default: 0.002 before
+    (0.76954878, 0.76739709, ("0.770", "0.767", "higher by 0.003")),  # the shipped default: 0.770 - 0.767, not the unrounded 0.0022
     (0.7671, 0.7674, ("0.7671", "0.7674", "lower by 0.0003")),  # equal at 3 digits: more digits
     (0.5, 0.75, ("0.500", "0.750", "lower by 0.250")),
 ])

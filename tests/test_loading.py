@@ -190,7 +190,7 @@ def _eos_checkpoint(folder, special, config_eos=None):
 
 
 def test_checkpoint_with_its_own_eos_loads_and_generation_stops_there(tmp_path):
-    """Issue 14: a checkpoint whose EOS is '</s>' (named by config.json) loads, and generate stops at it."""
+    """A checkpoint whose EOS is '</s>' (named by config.json) loads, and generate stops at it."""
     m = load_model(str(_eos_checkpoint(tmp_path, ["<unk>", "<s>", "</s>"], config_eos=2)))
     assert (m.tokenizer.eos_token, m.tokenizer.eos_id) == ("</s>", 2)
     with torch.no_grad():  # make '</s>' the certain next token: generation must stop right after it

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from picaso_core.lab import primer as lab
+from picaso_core.lab import complexity, primer as lab
 from picaso_core.engine.scan import state_update
 
 TOL = {torch.float64: 1e-5, torch.float32: 1e-4}
@@ -164,12 +164,12 @@ def test_measure_complexity_series_and_slope_order(monkeypatch):
         steps.append(tuple(h.shape))
         return state_update(h, *args)
 
-    monkeypatch.setattr(lab, "state_update", engine_step)
-    r = lab.measure_complexity([128, 512, 2048], threads=1, heads=8, headdim=32, d_state=32)
+    monkeypatch.setattr(complexity, "state_update", engine_step)
+    r = complexity.measure_complexity([128, 512, 2048], threads=1, heads=8, headdim=32, d_state=32)
     assert r["lengths"] == [128, 512, 2048]
     for key in ("seconds", "peak_bytes", "slopes"):
-        assert set(r[key]) == set(lab.SERIES)
-    for name in lab.SERIES:
+        assert set(r[key]) == set(complexity.SERIES)
+    for name in complexity.SERIES:
         assert len(r["seconds"][name]) == 3 and all(s > 0 for s in r["seconds"][name])
         assert all(b > 0 for b in r["peak_bytes"][name])
     s = r["slopes"]
@@ -187,19 +187,19 @@ def test_peak_bytes_counts_new_storage_only():
     new result counts its bytes, and the inputs are counted once."""
     h = torch.zeros(1024)  # 4096 bytes
     cpu = torch.device("cpu")
-    assert lab._peak_bytes(lambda: h.mul_(2), [h], cpu) == 4096
-    assert lab._peak_bytes(lambda: h[10:], [h], cpu) == 4096
-    assert lab._peak_bytes(lambda: h.__setitem__(slice(5, None), 1.0), [h], cpu) == 4096
-    assert lab._peak_bytes(lambda: h * 2, [h], cpu) == 2 * 4096
-    assert lab._peak_bytes(lambda: (h * 2) * 2, [h], cpu) == 3 * 4096  # two temporaries alive at once
+    assert complexity._peak_bytes(lambda: h.mul_(2), [h], cpu) == 4096
+    assert complexity._peak_bytes(lambda: h[10:], [h], cpu) == 4096
+    assert complexity._peak_bytes(lambda: h.__setitem__(slice(5, None), 1.0), [h], cpu) == 4096
+    assert complexity._peak_bytes(lambda: h * 2, [h], cpu) == 2 * 4096
+    assert complexity._peak_bytes(lambda: (h * 2) * 2, [h], cpu) == 3 * 4096  # two temporaries alive at once
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_measure_complexity_on_cuda():
     """The CUDA path: a generator and synchronisation on the device, peak bytes from the allocator."""
-    r = lab.measure_complexity([128, 512], device="cuda")
+    r = complexity.measure_complexity([128, 512], device="cuda")
     assert r["device"].startswith("cuda") and r["lengths"] == [128, 512]
-    for name in lab.SERIES:
+    for name in complexity.SERIES:
         assert all(t > 0 for t in r["seconds"][name]) and all(b > 0 for b in r["peak_bytes"][name])
     assert r["peak_bytes"]["attention_step"][1] > r["peak_bytes"]["attention_step"][0]  # the KV cache grows
     assert r["peak_bytes"]["ssm_step"][0] == r["peak_bytes"]["ssm_step"][1]  # the state does not
@@ -233,9 +233,9 @@ def test_bad_input_is_a_clear_value_error():
     with pytest.raises(ValueError, match="tol"):
         lab.memory_length(0.5, 1.5)
     with pytest.raises(ValueError, match="lengths"):
-        lab.measure_complexity([256])
+        complexity.measure_complexity([256])
     with pytest.raises(ValueError, match="lengths"):
-        lab.measure_complexity([0, 256])
+        complexity.measure_complexity([0, 256])
     with pytest.raises(ValueError, match="magnitude"):
         lab.demo_system(1.0, 0.0, 4)
     model = tiny_model("Mamba2")
@@ -245,15 +245,3 @@ def test_bad_input_is_a_clear_value_error():
         lab.semiseparable(model, [1, 2, 3], 0, 99)
     with pytest.raises(ValueError, match="at least one token"):
         lab.decay_profile(model, [])
-
-
-def test_the_engine_does_not_import_the_lab():
-    import ast
-    from pathlib import Path
-
-    root = Path(lab.__file__).resolve().parents[1]
-    for name in ("config", "scan", "model", "state", "loading", "init"):
-        tree = ast.parse((root / f"{name}.py").read_text())
-        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        assert not [m for m in imported if m.startswith("picaso_core.lab") or m == "lab"], name

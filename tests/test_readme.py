@@ -1,9 +1,9 @@
-"""Every ```python block of the README runs as written (issue #20): each in a fresh interpreter,
+"""Every ```python block of the README and of docs/*.md runs as written: each in a fresh interpreter,
 offline (HF_HUB_OFFLINE=1), from a folder outside the checkout, with picaso_core importable as
 `pip install -e .` makes it. A block that needs the hub starts with the line `# online` and is
 skipped here. A block that talks to the app (http://127.0.0.1:7860/) gets `python app.py`, the
-README's first command, served from another folder on a free port, and must print what the README
-says it prints."""
+README's first command, served from another folder on a free port. A block followed by "prints ...:"
+and a plain ``` block must print that."""
 
 from __future__ import annotations
 
@@ -19,18 +19,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 APP_URL = "http://127.0.0.1:7860/"
 
 
 def python_blocks() -> list[tuple[str, str, str | None]]:
-    """(name, code, the output the README shows after it or None) per ```python block."""
+    """(page: first line, code, the output the page shows after it or None) per ```python block."""
     out = []
-    for m in re.finditer(r"^```python\n(.*?)^```\n", README, re.S | re.M):
-        code = m.group(1)
-        shown = re.match(r"\nprints[^\n]*:\n\n```\n(.*?)```", README[m.end():], re.S)
-        name = next(line for line in code.splitlines() if line.strip() and not line.startswith("# online"))
-        out.append((name[:60], code, shown.group(1) if shown else None))
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(r"^```python\n(.*?)^```\n", text, re.S | re.M):
+            code = m.group(1)
+            shown = re.match(r"\nprints[^\n]*:\n\n```\n(.*?)```", text[m.end():], re.S)
+            first = next(line for line in code.splitlines() if line.strip() and not line.startswith("# online"))
+            out.append((f"{page.relative_to(ROOT)}: {first[:50]}", code, shown.group(1) if shown else None))
     return out
 
 
@@ -75,8 +77,10 @@ def demo_app(tmp_path_factory):
             proc.wait(5)
 
 
-def test_the_readme_has_python_blocks():
-    assert len(BLOCKS) >= 3 and any(APP_URL in code for _, code, _ in BLOCKS)
+def test_the_readme_and_docs_have_python_blocks():
+    readme = [code for name, code, _ in BLOCKS if name.startswith("README.md")]
+    assert len(readme) >= 2 and any(APP_URL in code for code in readme)
+    assert len(BLOCKS) > len(readme)  # docs/ pages have theirs
 
 
 @pytest.mark.parametrize("name,code,shown", BLOCKS, ids=[b[0] for b in BLOCKS])
@@ -97,6 +101,6 @@ def test_python_block_runs_as_written(name, code, shown, tmp_path, request):
         for got, want in zip(printed, expected):
             # losses to 0.01 (BLAS summation order differs between machines), the rest exactly
             g, w = re.split(r"loss (\d+\.\d+)", got), re.split(r"loss (\d+\.\d+)", want)
-            assert g[0] == w[0] and g[2:] == w[2:], f"README shows {want!r}, the block printed {got!r}"
+            assert g[0] == w[0] and g[2:] == w[2:], f"{name} shows {want!r}, the block printed {got!r}"
             if len(w) > 1:
-                assert abs(float(g[1]) - float(w[1])) <= 0.01, f"README shows {want!r}, the block printed {got!r}"
+                assert abs(float(g[1]) - float(w[1])) <= 0.01, f"{name} shows {want!r}, the block printed {got!r}"

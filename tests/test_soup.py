@@ -14,7 +14,7 @@ import torch
 
 from picaso_core import load_model
 
-from picaso_core.analysis import soup
+from picaso_core.analysis import soup, soup_mixing, soup_projection
 from picaso_core.compose import compose
 from picaso_core.data.skills import load_skill_tasks
 from picaso_core.plots import soup as plots
@@ -107,7 +107,7 @@ def test_features_shapes_per_layer_and_part(model, lib):
 
 def test_pca_matches_numpy_svd():
     x = np.random.default_rng(0).normal(size=(30, 200))
-    z = soup.pca(x, 3)
+    z = soup_projection.pca(x, 3)
     xc = x - x.mean(0)
     u, s, _ = np.linalg.svd(xc, full_matrices=False)
     ref = u[:, :3] * s[:3]
@@ -121,17 +121,17 @@ def test_projections_are_deterministic_and_finite(method):
     x = np.random.default_rng(1).normal(size=(24, 64)).astype(np.float32)
     x[12:] += 3  # two clusters
     for dim in (2, 3):
-        a = soup.project(x, method, dim, seed=0)
-        b = soup.project(x, method, dim, seed=0)
+        a = soup_projection.project(x, method, dim, seed=0)
+        b = soup_projection.project(x, method, dim, seed=0)
         assert a.shape == (24, dim) and np.isfinite(a).all()
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="dim"):
-        soup.project(x, method, 4)
+        soup_projection.project(x, method, 4)
 
 
 def test_projection_rejects_unknown_method():
     with pytest.raises(ValueError, match="method"):
-        soup.project(np.zeros((8, 3)), "mds")
+        soup_projection.project(np.zeros((8, 3)), "mds")
 
 
 def test_cluster_quality_matches_brute_force(lib):
@@ -172,13 +172,13 @@ def test_mix_of_one_state_is_that_state(lib):
 
 
 def test_two_task_mix_at_w_0_and_1_equals_the_parts(model, lib):
-    a, b = soup.task_state(lib, "antonym"), soup.task_state(lib, "counting")
+    a, b = soup_mixing.task_state(lib, "antonym"), soup_mixing.task_state(lib, "counting")
     for w, part in ((1.0, a), (0.0, b)):
         mixed = compose("weighted", [a, b], weights=[w, 1 - w])
         torch.testing.assert_close(mixed.ssm, part.ssm, atol=0, rtol=0)
         torch.testing.assert_close(mixed.conv, part.conv, atol=0, rtol=0)
     prompt = "one →"
-    rows = soup.two_task_mix(model, a, b, prompt, ["two", " big"], ws=[0.0, 0.5, 1.0], max_new_tokens=3)
+    rows = soup_mixing.two_task_mix(model, a, b, prompt, ["two", " big"], ws=[0.0, 0.5, 1.0], max_new_tokens=3)
     assert [r["w"] for r in rows] == [0.0, 0.5, 1.0]
     # the loss at w = 1 is the loss from A's state, at w = 0 from B's
     tok = model.tokenizer
@@ -187,15 +187,15 @@ def test_two_task_mix_at_w_0_and_1_equals_the_parts(model, lib):
     gen = tok.decode(model.generate(tok.encode(prompt), a, max_new_tokens=3, temperature=0)).split("\n")[0].strip()
     assert rows[-1]["generation"] == gen
     with pytest.raises(ValueError, match="prompt is empty"):
-        soup.two_task_mix(model, a, b, "  ", ["two"])
+        soup_mixing.two_task_mix(model, a, b, "  ", ["two"])
     with pytest.raises(ValueError, match="not in the library"):
-        soup.task_state(lib, "english_french")
+        soup_mixing.task_state(lib, "english_french")
 
 
 def test_score_answer_matches_continuation_loss_and_greedy(model, lib):
     tok = model.tokenizer
     states = lib.states[:3]
-    losses, exact = soup.score_answer(model, states, "cat →", " cats")
+    losses, exact = soup_mixing.score_answer(model, states, "cat →", " cats")
     for s, loss, ok in zip(states, losses, exact):
         assert loss == pytest.approx(model.continuation_loss(tok.encode("cat →"), tok.encode(" cats"), s), abs=1e-4)
         target = tok.encode(" cats\n")
@@ -204,7 +204,7 @@ def test_score_answer_matches_continuation_loss_and_greedy(model, lib):
 
 
 def test_mixing_tables_have_every_row(model, lib):
-    rows = soup.mixing_table(model, ["counting"], total=4, ks=(1, 2, 4), queries=2)
+    rows = soup_mixing.mixing_table(model, ["counting"], total=4, ks=(1, 2, 4), queries=2)
     assert {(r["k"], r["method"]) for r in rows} == {(k, m) for k in (1, 2, 4) for m in ("k_shots", "soup", "all_shots")}
     by = {(r["k"], r["method"]): r for r in rows}
     # with k = total the soup is of one state: the same state as k shots alone and as all shots
@@ -212,8 +212,8 @@ def test_mixing_tables_have_every_row(model, lib):
     assert by[(4, "all_shots")]["loss"] == pytest.approx(by[(4, "k_shots")]["loss"], abs=1e-5)
     assert by[(1, "all_shots")]["loss"] == by[(2, "all_shots")]["loss"]
     with pytest.raises(ValueError, match="divide"):
-        soup.mixing_table(model, ["counting"], total=4, ks=(3,), queries=1)
-    rm = soup.retrieval_mixing(model, lib, ks=(1, 2), top=1, layer=1, queries=2)
+        soup_mixing.mixing_table(model, ["counting"], total=4, ks=(3,), queries=1)
+    rm = soup_mixing.retrieval_mixing(model, lib, ks=(1, 2), top=1, layer=1, queries=2)
     assert {(r["k"], r["method"]) for r in rm} == {(k, m) for k in (1, 2) for m in ("query", "retrieved_mix")}
     assert all(0 <= r["retrieval_hit"] <= 1 and r["n"] == 4 for r in rm)  # 2 base tasks x 2 queries
 
@@ -224,21 +224,21 @@ def test_decay_comparison_orders_its_four_losses(model):
     ids = tok.encode("Velmora is a city in the northern province of Tarrix. Records show that Velmora was "
                      "founded in 1423 by the merchant Osric Dallen. The main export of Velmora is blue glass.")
     c1, c2, test = ids[:10], ids[10:20], ids[20:30]
-    d = soup.decay_comparison(model, c1, c2, test)
-    assert list(d.losses) == list(soup.DECAY_METHODS)
+    d = soup_mixing.decay_comparison(model, c1, c2, test)
+    assert list(d.losses) == list(soup_mixing.DECAY_METHODS)
     assert d.order == sorted(d.losses, key=d.losses.get)
     ref = model.continuation_loss(test[:1], test[1:], model.encode_context(c1 + c2))
     assert d.losses["concat"] == pytest.approx(ref, abs=1e-4)  # concat is the state of c1 ⧺ c2
     assert d.losses["c2_only"] == pytest.approx(model.continuation_loss(test[:1], test[1:], model.encode_context(c2)), abs=1e-4)
     with pytest.raises(ValueError, match="at least"):
-        soup.decay_comparison(model, [], c2, test)
-    chunks = soup.document_chunks(["Velmora is a city."] * 40, tok, chunk_tokens=8, documents=3)
+        soup_mixing.decay_comparison(model, [], c2, test)
+    chunks = soup_mixing.document_chunks(["Velmora is a city."] * 40, tok, chunk_tokens=8, documents=3)
     assert len(chunks) == 3 and all(len(c) == 8 for ch in chunks for c in ch)
-    t = soup.decay_table(model, chunks)
-    assert t["n"] == 3 and set(t["mean_loss"]) == set(soup.DECAY_METHODS)
+    t = soup_mixing.decay_table(model, chunks)
+    assert t["n"] == 3 and set(t["mean_loss"]) == set(soup_mixing.DECAY_METHODS)
     assert t["order"] == sorted(t["mean_loss"], key=t["mean_loss"].get)
     with pytest.raises(ValueError, match="fewer than"):
-        soup.document_chunks(["short"], tok, chunk_tokens=100)
+        soup_mixing.document_chunks(["short"], tok, chunk_tokens=100)
 
 
 def test_a_decay_is_exact_for_the_ssm_of_the_first_layer(model):
@@ -278,11 +278,11 @@ def test_state_map_marks_shuffled_tasks_open_and_the_query(lib):
 # ---- the tab's handlers (no server) -----------------------------------------------------------
 @pytest.fixture(scope="module")
 def res(model, tmp_path_factory, monkeypatch_module):
-    from picaso_core.ui import soup_tab
+    from picaso_core.ui import soup_lab
 
-    monkeypatch_module.setattr(soup_tab, "SHOTS", 4)
-    monkeypatch_module.setattr(soup_tab, "PER_TASK", 2)
-    monkeypatch_module.setattr(soup_tab, "WARM_UMAP", False)
+    monkeypatch_module.setattr(soup_lab, "SHOTS", 4)
+    monkeypatch_module.setattr(soup_lab, "PER_TASK", 2)
+    monkeypatch_module.setattr(soup_lab, "WARM_UMAP", False)
     folder = tmp_path_factory.mktemp("cache") / "corpus"
     return types.SimpleNamespace(model=model, model_name="tiny", store=types.SimpleNamespace(folder=str(folder)),
                                  database={"a": "Velmora is a city on the river Quell. " * 30})
@@ -298,43 +298,43 @@ def monkeypatch_module():
 def test_tab_map_places_demonstrations_and_retrieves(res):
     import gradio as gr
 
-    from picaso_core.ui import soup_tab
+    from picaso_core.ui import soup_handlers, soup_lab
 
-    fig, quality, summary, table, data, py, client = soup_tab.soup_map(res, 1, "ssm", "pca", 2, "cat → cats\ndog → dogs")
+    fig, quality, summary, table, data, py, client = soup_handlers.soup_map(res, 1, "ssm", "pca", 2, "cat → cats\ndog → dogs")
     n = 2 * 20  # every task and twin, PER_TASK = 2
     assert len(data["coords"]) == len(data["tasks"]) == n and data["query"] is not None
     assert list(table.columns) == ["rank", "task", "cosine", "demonstration"] and len(table) == 5
     assert fig.data[-1].name == "your demonstration" and "Layer 1" in summary
     assert "soup_map" in client and "SkillLibrary" in py
     # the library was stored under the cache folder and is reused
-    assert soup_tab.lab_for(res).folder.parent == soup_tab.Path(res.store.folder).parent
+    assert soup_lab.lab_for(res).folder.parent == soup_lab.Path(res.store.folder).parent
     with pytest.raises(gr.Error, match="demonstration box is empty"):
-        soup_tab.soup_map(res, 1, "ssm", "pca", 2, "  \n", require_demos=True)
+        soup_handlers.soup_map(res, 1, "ssm", "pca", 2, "  \n", require_demos=True)
     with pytest.raises(gr.Error, match="layer"):
-        soup_tab.soup_map(res, 7, "ssm", "pca", 2)
+        soup_handlers.soup_map(res, 7, "ssm", "pca", 2)
     with pytest.raises(gr.Error, match="method"):
-        soup_tab.soup_map(res, 0, "ssm", "mds", 2)
+        soup_handlers.soup_map(res, 0, "ssm", "mds", 2)
     with pytest.raises(gr.Error, match="empty"):
-        soup_tab.retrieve(res, "", 0, "ssm", 5)
+        soup_handlers.retrieve(res, "", 0, "ssm", 5)
 
 
 def test_tab_two_task_and_decay_and_curves(res):
     import gradio as gr
 
-    from picaso_core.ui import soup_tab
+    from picaso_core.ui import soup_handlers
 
-    fig, summary, table, data, *_ = soup_tab.two_task(res, "counting", "antonym", "one →", "two\nbig", 0.25)
+    fig, summary, table, data, *_ = soup_handlers.two_task(res, "counting", "antonym", "one →", "two\nbig", 0.25)
     assert 0.25 in list(table["w"]) and len(data["rows"]) == 12 and "w = 0.25" in summary
-    assert list(table.columns) == soup_tab.two_task_columns(["two", "big"]) == ["w", "generation", "loss “two”", "loss “big”"]
+    assert list(table.columns) == soup_handlers.two_task_columns(["two", "big"]) == ["w", "generation", "loss “two”", "loss “big”"]
     with pytest.raises(gr.Error, match="task A"):
-        soup_tab.two_task(res, "juggling", "antonym", "one →", "two", 0.5)
+        soup_handlers.two_task(res, "juggling", "antonym", "one →", "two", 0.5)
     with pytest.raises(gr.Error, match="w must be"):
-        soup_tab.two_task(res, "counting", "antonym", "one →", "two", 1.5)
-    fig, summary, table, t, *_ = soup_tab.decay(res, 16, 2)
+        soup_handlers.two_task(res, "counting", "antonym", "one →", "two", 1.5)
+    fig, summary, table, t, *_ = soup_handlers.decay(res, 16, 2)
     assert t["n"] == 2 and len(table) == 4
     with pytest.raises(gr.Error, match="chunk tokens"):
-        soup_tab.decay(res, 0, 2)
-    fig, summary, r, *_ = soup_tab.retrieval_curve(res, 1, "conv")
-    assert r["ks"] == list(soup_tab.KS) and r["part"] == "conv"
+        soup_handlers.decay(res, 0, 2)
+    fig, summary, r, *_ = soup_handlers.retrieval_curve(res, 1, "conv")
+    assert r["ks"] == list(soup_handlers.KS) and r["part"] == "conv"
     with pytest.raises(gr.Error, match="queries"):
-        soup_tab.retrieval_curve(res, 0)
+        soup_handlers.retrieval_curve(res, 0)

@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("PICASO_WARM_UMAP", "0")  # no background numba compile in the served app under test
 
 from test_app import app_url  # noqa: E402,F401  (the launched app, a session fixture)
-from picaso_core.ui import soup_tab  # noqa: E402
+from picaso_core.ui import soup_handlers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_soup_retrieval_and_mixing_curves(client):
     fig, summary, table, data, *_ = client.predict(queries=1, api_name="/soup_mixing")
     assert {row["method"] for row in data["mixing"]} == {"k_shots", "soup", "all_shots"}
     assert {row["method"] for row in data["retrieval_mixing"]} == {"query", "retrieved_mix"}
-    assert table["headers"] == soup_tab.MIX_COLUMNS  # the header the empty table shows before a run
+    assert table["headers"] == soup_handlers.MIX_COLUMNS  # the header the empty table shows before a run
 
 
 def test_soup_bad_input_gets_a_message_and_the_app_keeps_serving(client):

@@ -1,4 +1,4 @@
-"""State soup, talk-ready (issue #27, points 4, 5, 8): every sentence of the tab is read off the data
+"""State soup, talk-ready: every sentence of the tab is read off the data
 it shows, malformed input gets one line, the map's legend fits, the first UMAP map is honest about
 its wait. Handler level, no server; the two-skill default runs on the bundled demo model."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from picaso_core import load_model
 
-from picaso_core.analysis import soup
+from picaso_core.analysis import soup, soup_projection
 from picaso_core.plots import soup as plots
-from picaso_core.ui import soup_tab
+from picaso_core.ui import soup_handlers, soup_lab, soup_tab, soup_text
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +26,9 @@ def monkeypatch_module():
 
 @pytest.fixture(scope="module")
 def res(tiny_model_dir, tmp_path_factory, monkeypatch_module):
-    monkeypatch_module.setattr(soup_tab, "SHOTS", 4)
-    monkeypatch_module.setattr(soup_tab, "PER_TASK", 2)
-    monkeypatch_module.setattr(soup_tab, "WARM_UMAP", False)
+    monkeypatch_module.setattr(soup_lab, "SHOTS", 4)
+    monkeypatch_module.setattr(soup_lab, "PER_TASK", 2)
+    monkeypatch_module.setattr(soup_lab, "WARM_UMAP", False)
     folder = tmp_path_factory.mktemp("cache") / "corpus"
     return types.SimpleNamespace(model=load_model(str(tiny_model_dir)), model_name="tiny",
                                  store=types.SimpleNamespace(folder=str(folder)), database={})
@@ -39,16 +39,16 @@ def _rows(gens, losses):
     return [{"w": w, "generation": g, "losses": {a: v[i] for a, v in losses.items()}} for i, (w, g) in enumerate(zip(ws, gens))]
 
 
-# ---- point 5: sentences that agree with what is shown -------------------------------------------
+# ---- sentences that agree with what is shown ----------------------------------------------------
 def test_two_task_story_reads_the_switch_and_the_never_preferred_answer_off_the_rows():
     rows = _rows(["doors"] * 5 + ["porte"] * 6, {"porte": np.linspace(5, 0, 11), "doors": np.linspace(0, 5, 11) + 0.1 * (np.arange(11) > 4),
                                                  "portes": np.full(11, 15.0)})
     rows[4]["losses"]["doors"] = 1.0  # lowest at 0..0.4, then porte
-    s = soup_tab.two_task_story(rows, 0.5, "english_french", "singular_plural", "door →")
+    s = soup_text.two_task_story(rows, 0.5, "english_french", "singular_plural", "door →")
     assert "writes **porte** after `door →`" in s
     assert "**doors** (w = 0–0.4), then **porte** (w = 0.5–1)" in s
     assert "“doors” (w = 0–0.4), then “porte” (w = 0.5–1)" in s and "never the lowest: “portes” (loss ≥ 15.00)" in s
-    same = soup_tab.two_task_story(_rows(["x"] * 3, {"x": [1, 1, 1]}), 0, "a", "b", "q →")
+    same = soup_text.two_task_story(_rows(["x"] * 3, {"x": [1, 1, 1]}), 0, "a", "b", "q →")
     assert "at every w" in same and "never" not in same
 
 
@@ -58,8 +58,8 @@ def test_default_two_skill_demo_shows_what_its_text_says_on_the_demo_model(tmp_p
     model = load_model("demo")
     demo = types.SimpleNamespace(model=model, model_name="demo", store=types.SimpleNamespace(folder=str(tmp_path / "c")),
                                  database={})
-    assert soup_tab.DEFAULT_PROMPT == "door →" and soup_tab.DEFAULT_ANSWERS.split("\n") == ["porte", "doors", "portes"]
-    fig, summary, table, data, *_ = soup_tab.two_task(demo)
+    assert soup_handlers.DEFAULT_PROMPT == "door →" and soup_handlers.DEFAULT_ANSWERS.split("\n") == ["porte", "doors", "portes"]
+    fig, summary, table, data, *_ = soup_handlers.two_task(demo)
     rows = data["rows"]
     gens = [r["generation"] for r in rows]
     best = [min(r["losses"], key=r["losses"].get) for r in rows]
@@ -76,13 +76,13 @@ def test_default_two_skill_demo_shows_what_its_text_says_on_the_demo_model(tmp_p
 
 def test_best_layer_sentence_names_the_layer_the_numbers_show(res):
     q = {"layers": [0, 1, 2, 3], "ssm": {"nn_accuracy": [0.56, 0.49, 0.53, 0.64]}}
-    s = soup_tab.best_layer_sentence(q)
+    s = soup_text.best_layer_sentence(q)
     assert "layer **3** of 0–3" in s and "64%" in s and "the last layer here" in s
     q = {"layers": [0, 1, 2], "ssm": {"nn_accuracy": [0.3, 0.7, 0.5]}}
-    assert "layer **1**" in soup_tab.best_layer_sentence(q) and "a middle layer here" in soup_tab.best_layer_sentence(q)
+    assert "layer **1**" in soup_text.best_layer_sentence(q) and "a middle layer here" in soup_text.best_layer_sentence(q)
     assert "middle layers separate" not in soup_tab.LOOK_AT  # the claim the demo model contradicted
-    fig, quality, summary, table, data, *_ = soup_tab.soup_map(res, 1, "ssm", "pca", 2)
-    assert soup_tab.best_layer_sentence(data["quality"]) in summary
+    fig, quality, summary, table, data, *_ = soup_handlers.soup_map(res, 1, "ssm", "pca", 2)
+    assert soup_text.best_layer_sentence(data["quality"]) in summary
     best = int(np.argmax(data["quality"]["ssm"]["nn_accuracy"]))
     assert f"layer **{data['quality']['layers'][best]}**" in summary
 
@@ -92,22 +92,22 @@ def test_mixing_summary_is_a_table_and_sentences_computed_from_the_rows():
     rows = [{"k": k, "method": m, "accuracy": a, "loss": 0.1, "n": 3}
             for k, (sp, ks) in acc.items() for m, a in (("soup", sp), ("k_shots", ks), ("all_shots", 0.91))]
     rmix = [{"k": k, "method": m, "accuracy": a} for k in (1, 4) for m, a in (("query", 0.6), ("retrieved_mix", 0.7))]
-    s = soup_tab.mixing_summary(rows, rmix)
+    s = soup_text.mixing_summary(rows, rmix)
     assert "| soup of 16/k states | 82% | 85% | 88% | 90% |" in s
     assert "| one k-shot state alone | 72% | 80% | 90% | 91% |" in s
     assert "One state of all 16 shots: **91%**" in s and "beats one k-shot state at k = 1, 2;" in s
     assert "3 points below all 16 shots" in s and "k = 1 60% → 70%, k = 4 60% → 70%" in s
-    assert "shots 72%" not in s  # the old "soup of 16 82% vs 1 shots 72%"
+    assert "shots 72%" not in s  # the figures are in the table, not run together as "soup of 16 82% vs 1 shots 72%"
 
 
-# ---- point 8: malformed input, one line each ------------------------------------------------------
+# ---- malformed input, one line each ---------------------------------------------------------------
 @pytest.mark.parametrize("demos, line", [("no arrow here at all", 1), ("cat → cats\ndog dogs\n", 2), ("→ cats", 1)])
 def test_malformed_demonstrations_are_refused_with_one_line_naming_the_line(res, demos, line):
     import gradio as gr
 
-    for call in (lambda: soup_tab.soup_map(res, 1, "ssm", "pca", 2, demos, require_demos=True),
-                 lambda: soup_tab.soup_map(res, 1, "ssm", "pca", 2, demos),  # "Draw" with the box filled
-                 lambda: soup_tab.retrieve(res, demos, 1, "ssm", 3)):
+    for call in (lambda: soup_handlers.soup_map(res, 1, "ssm", "pca", 2, demos, require_demos=True),
+                 lambda: soup_handlers.soup_map(res, 1, "ssm", "pca", 2, demos),  # "Draw" with the box filled
+                 lambda: soup_handlers.retrieve(res, demos, 1, "ssm", 3)):
         with pytest.raises(gr.Error) as e:
             call()
         msg = str(e.value)
@@ -119,7 +119,7 @@ def test_empty_answers_to_score_are_refused_with_a_message(res):
 
     for answers in ("", "  \n \n"):
         with pytest.raises(gr.Error, match="'Answers to score' is empty"):
-            soup_tab.two_task(res, "counting", "antonym", "one →", answers, 0.5)
+            soup_handlers.two_task(res, "counting", "antonym", "one →", answers, 0.5)
 
 
 def test_one_long_answer_to_score_is_refused_before_it_becomes_a_legend_entry(res, caplog):
@@ -129,8 +129,8 @@ def test_one_long_answer_to_score_is_refused_before_it_becomes_a_legend_entry(re
 
     long = "Portes " * 15  # 105 characters
     with caplog.at_level("WARNING", logger="picaso_explorer"):
-        with pytest.raises(gr.Error, match=f"answer 2 to score is 104 characters long; at most {soup_tab.MAX_ANSWER_CHARS}"):
-            soup_tab.two_task(res, "counting", "antonym", "one →", f"portes\n{long}\ndoors", 0.5)
+        with pytest.raises(gr.Error, match=f"answer 2 to score is 104 characters long; at most {soup_handlers.MAX_ANSWER_CHARS}"):
+            soup_handlers.two_task(res, "counting", "antonym", "one →", f"portes\n{long}\ndoors", 0.5)
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["rejected input to /soup_two_task"]
 
 
@@ -146,30 +146,30 @@ def test_map_legend_has_one_entry_per_task_below_the_map():
     assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < 0  # below the map, wraps with the width
 
 
-# ---- point 4: the first UMAP map -----------------------------------------------------------------
+# ---- the first UMAP map --------------------------------------------------------------------------
 def test_umap_numba_code_is_kept_in_the_disk_cache(monkeypatch):
     pytest.importorskip("umap")
     from numba.core.caching import NullCache
     from umap import umap_
 
-    monkeypatch.setattr(soup, "_UMAP_CACHED", False)
-    soup._cache_umap_numba()
+    monkeypatch.setattr(soup_projection, "_UMAP_CACHED", False)
+    soup_projection._cache_umap_numba()
     assert not isinstance(umap_.smooth_knn_dist._cache, NullCache)
     assert not isinstance(umap_.compute_membership_strengths._cache, NullCache)
 
 
 def test_first_umap_map_shows_progress_against_the_measured_estimate(tmp_path, monkeypatch):
-    monkeypatch.setattr(soup_tab, "WARM_UMAP", True)
-    monkeypatch.setattr(soup, "warm_up_umap", lambda: time.sleep(1.2))
+    monkeypatch.setattr(soup_lab, "WARM_UMAP", True)
+    monkeypatch.setattr(soup_projection, "warm_up_umap", lambda: time.sleep(1.2))
     fake = types.SimpleNamespace(store=types.SimpleNamespace(folder=str(tmp_path / "corpus")))
     seen = []
-    lab = soup_tab.Lab(fake)
-    assert lab.umap_estimate() == (soup_tab.UMAP_WARM_S, False)
+    lab = soup_lab.Lab(fake)
+    assert lab.umap_estimate() == (soup_lab.UMAP_WARM_S, False)
     lab.wait_for_umap(lambda f, desc: seen.append((f, desc)))
     assert seen and all(0 <= f < 1 for f, _ in seen) and [f for f, _ in seen] == sorted(f for f, _ in seen)
-    assert "compiling UMAP's numba code" in seen[0][1] and f"of about {soup_tab.UMAP_WARM_S:.0f} s" in seen[0][1]
-    est, measured = soup_tab.Lab(fake).umap_estimate()  # the next server start: the measured seconds
+    assert "compiling UMAP's numba code" in seen[0][1] and f"of about {soup_lab.UMAP_WARM_S:.0f} s" in seen[0][1]
+    est, measured = soup_lab.Lab(fake).umap_estimate()  # the next server start: the measured seconds
     assert measured and 1.0 <= est < 5
     seen.clear()
-    soup_tab.Lab(fake).wait_for_umap(lambda f, desc: seen.append((f, desc)))
+    soup_lab.Lab(fake).wait_for_umap(lambda f, desc: seen.append((f, desc)))
     assert "loading UMAP's compiled numba code" in seen[0][1] and f"of about {est:.0f} s" in seen[0][1]

@@ -1,7 +1,7 @@
-"""The checkout is a push-ready Hugging Face Space (issue #20): the README's front matter is a valid
+"""The checkout is a push-ready Hugging Face Space: the README's front matter is a valid
 Space card, the files the Hub refuses as plain git objects go through LFS, and the README documents
-the image's own commands (a test reads both). The README still begins with its two commands right
-after the front matter, and .ci/run still finds the test command in it."""
+the image's own commands (a test reads both). The README begins with its two commands right
+after the front matter, and .ci/run finds the test command in it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""No output shows a special token's text (issue 27): generation stops at EOS and what a user sees
+"""No output shows a special token's text: generation stops at EOS and what a user sees
 is decoded without special tokens, in Compose & compare's cards, Attribution's answer (which is
 then attributed) and the two-skill mixer, for the demo examples."""
 
@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from picaso_core.ui import attribution_tab, compose_tab, soup_tab
+from picaso_core.ui import attribution_tab, compose_tab, soup_handlers
 from picaso_core.ui.resources import load_resources
 
 
@@ -50,7 +50,7 @@ def test_tokenizer_display_text_cuts_at_eos_and_drops_special_tokens(demo):
 def test_compose_cards_never_show_special_tokens(demo):
     res, specials = demo
     samples = res.corpus.samples[:8]
-    assert "demo-test-r0003" in {s.sample_id for s in samples}  # the example the issue saw
+    assert "demo-test-r0003" in {s.sample_id for s in samples}  # the example the Compose tab opens on
     for s in samples:
         out = compose_tab.compose(res, s.query, s.continuation, k=5, example=s.sample_id)
         _assert_clean(_text(out[:-1]), specials, f"/compose on {s.sample_id}")
@@ -68,4 +68,4 @@ def test_attribution_answer_and_two_skill_mixer_never_show_special_tokens(demo):
     # a typed special token is a marker, not part of the answer to attribute
     data = attribution_tab.run_attribution(res, s.query, s.continuation + "<|endoftext|>", 3, None, ["loi"])
     _assert_clean(data["answer"], specials, "/attribute (typed answer)")
-    _assert_clean(_text(soup_tab.two_task(res)), specials, "/soup_two_task")
+    _assert_clean(_text(soup_handlers.two_task(res)), specials, "/soup_two_task")

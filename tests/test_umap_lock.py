@@ -1,6 +1,6 @@
-"""UMAP fits run one at a time (issue #20): the State soup tab warms UMAP's numba code in a background
-thread, and a user's first UMAP map that started while that compile ran raised IndexError in fresh
-containers. soup.project serialises the fits, so the user's map waits for the warm-up instead."""
+"""UMAP fits run one at a time: the State soup tab warms UMAP's numba code in a background
+thread, and a user's first UMAP map started while that compile runs raises IndexError in fresh
+containers. soup_projection.project serialises the fits, so the user's map waits for the warm-up instead."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import types
 
 import numpy as np
 
-from picaso_core.analysis import soup
+from picaso_core.analysis import soup_projection
 
 
 def test_umap_fits_never_overlap(monkeypatch):
@@ -31,10 +31,10 @@ def test_umap_fits_never_overlap(monkeypatch):
             return np.zeros((len(z), self.dim))
 
     monkeypatch.setitem(sys.modules, "umap", types.SimpleNamespace(UMAP=SlowUMAP))
-    warm = threading.Thread(target=soup.warm_up_umap)
+    warm = threading.Thread(target=soup_projection.warm_up_umap)
     warm.start()
     time.sleep(0.05)  # the warm-up's fit is running
     x = np.random.default_rng(0).normal(size=(20, 6)).astype(np.float32)
-    assert soup.project(x, "umap", 2).shape == (20, 2)
+    assert soup_projection.project(x, "umap", 2).shape == (20, 2)
     warm.join()
     assert peak[0] == 1

@@ -1,4 +1,4 @@
-"""Users' own corpora (issue #20): every tab starts on any valid corpus and says what it cannot show.
+"""Users' own corpora: every tab starts on any valid corpus and says what it cannot show.
 
 The corpora are the shapes users bring: one sample, one labelled sample, no labels, no QA samples,
 samples without contexts beside a database file, and the database file alone. For each, the app
@@ -16,7 +16,7 @@ import pytest
 
 import app
 from conftest import save_model_dir, tiny_model
-from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_tab
+from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_handlers
 from picaso_core.ui.resources import load_resources, store_folder
 from test_retrieval import BagOfWords
 
@@ -201,12 +201,12 @@ def test_soup_decay_note_is_empty_on_a_long_corpus(tiny_model_dir, tmp_path):
     corpus = _write(tmp_path / "long.jsonl", [{**VELMORA, "contexts": [["long-0", long]]}])
     res = load_resources(str(tiny_model_dir), str(corpus), cache_dir=tmp_path / "cache", embedder=BagOfWords(),
                          log=lambda msg: None)
-    assert soup_tab.decay_limits(res) == []
+    assert soup_handlers.decay_limits(res) == []
 
 
 def test_every_table_shows_its_column_names_at_start(user_res):
     """No gr.Dataframe of any tab opens with gradio's placeholder header "1 2 3": before a run, a table
-    shows the columns its endpoint fills (issue #20, item 6)."""
+    shows the columns its endpoint fills."""
     import gradio as gr
 
     _, res = user_res

@@ -1,12 +1,16 @@
 """The analyses: pure functions of (model, token ids, states) that return plain data.
 
-    evaluate.py      every composition method on one sample: loss, generation, timings
-    experiments.py   the paper's protocol over a corpus: `python -m picaso_core.analysis.experiments`
-    summaries.py     tables and the HTML report from experiment records
-    attribution.py   leave-one-in / leave-one-out / surrogate attribution, precision (table 4)
-    landscape.py     loss over the plane through three states and the line between two (fig. 2)
-    soup.py          the skill library: state features, t-SNE / UMAP / PCA, retrieval, mixing
-    skill_eval.py    in-context skill accuracy from composed states
+    evaluate.py         every composition method on one sample: loss, generation, timings
+    sweep.py            the protocol's k-sweep: k lists, the record log, run_sweep
+    experiments.py      the paper's protocol over a corpus: `python -m picaso_core.analysis.experiments`
+    summaries.py        tables and the HTML report from experiment records
+    attribution.py      leave-one-in / leave-one-out / surrogate attribution, precision (table 4)
+    landscape.py        loss over the plane through three states and the line between two (fig. 2)
+    landscape_fig2.py   fig. 2: the Soup and CASO planes and lines of samples, prop. 4 distances
+    soup.py             the skill library: state features per layer, task retrieval
+    soup_projection.py  the library's maps: PCA / t-SNE / UMAP
+    soup_mixing.py      mixing states: soup vs shots, retrieval + mixing, two skills, A-decay
+    skill_eval.py       in-context skill accuracy from composed states
 
 They import the engine, compose, the store, retrieval and data; figures are built from their
 results in picaso_core.plots, never here.

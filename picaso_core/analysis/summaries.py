@@ -1,7 +1,7 @@
 """Summaries of an experiments run: curves, gains, time ratios, the QA table, paper vs ours, report.html.
 
 Everything here is a pure function of the records (one dict per retriever x sample x k x method,
-picaso_core.analysis.experiments.run_sweep) and returns plain dicts or text: summary.json, paper_vs_ours.md,
+picaso_core.analysis.sweep.run_sweep) and returns plain dicts or text: summary.json, paper_vs_ours.md,
 report.html, and the app's Benchmarks tab read the same structures.
 """
 

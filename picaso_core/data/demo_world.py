@@ -35,7 +35,7 @@ CONTEXT_SEP = "\n\n"
 # tokenizer (build_demo_data.TOKENIZER_MIX). "v4" trained the bundled model (58 min, seed 0) with the
 # retrained tokenizer: with whole-piece answers the skills are learnt from fewer tokens, so about half
 # of the tokens go back to retrieval (retrieval 52%, QA 11%, knowledge 18%, skill demonstrations 16%),
-# which copying from context needs (README). DEFAULT_MIX stays v1 for training_examples' callers;
+# which copying from context needs (docs/demo-assets.md). DEFAULT_MIX stays v1 for training_examples' callers;
 # scripts/train_demo.py defaults to v4.
 MIXES = {
     "v1": {"retrieval": 0.45, "qa": 0.2, "skill": 0.2, "passage": 0.15},

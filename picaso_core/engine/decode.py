@@ -24,7 +24,7 @@ Sampling: every row draws from its own generator seeded with `seed`, so row i eq
 state i alone with that seed, and methods compared side by side share their random numbers.
 
 CUDA graphs: on a GPU a step is ~20 small kernels per layer, and launching them costs more than
-running them (issue 25: ~1,100 launches per forward). With CUDA_GRAPHS (default on; environment
+running them (~1,100 launches per forward). With CUDA_GRAPHS (default on; environment
 PICASO_CUDA_GRAPHS=0 turns it off) the step is captured once per model and batch size on static
 buffers and replayed per token. Off CUDA it is never used.
 """

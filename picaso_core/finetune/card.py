@@ -31,8 +31,8 @@ PAPER_FIG4 = ("Paper, fig. 4 and sec. 6.3.2 (Mamba2-2.7B, WikiText): fine-tuning
               "PICASO-S to about Concat's loss while keeping their speed; BP2C improves PICASO as well and trains much "
               "faster, at a small loss trade-off against BPTC for the same number of iterations.")
 FIG4_MODELS = ("base", "bptc-retrieval", "bp2c-retrieval")  # the paper's fig. 4: base vs BPTC vs BP2C
-GAP_GOAL_PCT = 2.0  # issue #22: after BPTC, PICASO-R within 2% of Concat
-DEGRADE_LIMIT_PCT = 3.0  # issue #22: no general-ability figure may degrade by more than 3% (relative to the base)
+GAP_GOAL_PCT = 2.0  # the goal: after BPTC, PICASO-R within 2% of Concat
+DEGRADE_LIMIT_PCT = 3.0  # the limit: no general-ability figure may degrade by more than 3% (relative to the base)
 ROW_NAMES = {"base": "Base", "bp2c-retrieval": "BP2C-retrieval", "bptc-retrieval": "BPTC-retrieval",
              "bp2c-qa": "BP2C-QA", "bptc-qa": "BPTC-QA"}
 PAPER_ROW = {"base": "Base", "bp2c-retrieval": "BP2C-WikiText", "bptc-retrieval": "BPTC-WikiText",
@@ -97,7 +97,7 @@ def _fig4_markdown(ms: dict, n: int) -> list[str]:
     ks = ms[rows[0]]["fig4"]["ks"]
     lines = ["", f"### Fig. 4 analog: loss vs k, held-out retrieval split ({n} samples, MiniLM top-k, most relevant last)",
              "", "Each cell: Concat / PICASO-R (PICASO-R above Concat, % of Concat's loss); k = 0 is the no-context loss. "
-             f"Gaps above the issue's {GAP_GOAL_PCT:g}% goal after fine-tuning are marked ⚠.", "",
+             f"Gaps above the {GAP_GOAL_PCT:g}% goal after fine-tuning are marked ⚠.", "",
              "| model | " + " | ".join(f"k = {k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
     for name in rows:
         f, g = ms[name]["fig4"], fig4_gaps(ms[name])
@@ -138,7 +138,7 @@ def report_markdown(report: dict) -> str:
               f"greedy exact match on {n_items or 'some'} held-out items per k, mean over tasks)", "",
               "A run's skill cell: accuracy (difference from the base in points ± its paired standard error; sign test "
               "over the items only one model answers). Both models answer the same prompts. ⚠: worse than the base by "
-              f"more than the issue's {DEGRADE_LIMIT_PCT:g}% (of the base's figure).", "",
+              f"more than {DEGRADE_LIMIT_PCT:g}% (of the base's figure).", "",
               "| model | LM loss | vs base | " + " | ".join(f"skills k={k}" for k in SKILL_KS) + " |",
               "|---|---|---|" + "---|" * len(SKILL_KS)]
     for name, r in ms.items():
@@ -175,7 +175,7 @@ def _epochs(t: dict, cfg: dict) -> str:
 
 
 def shortfalls(report: dict) -> list[str]:
-    """The issue's targets against the report, each a markdown bullet; where a target is missed, says so
+    """The fine-tuning targets against the report, each a markdown bullet; where a target is missed, says so
     (fig. 4 gap beyond the 2% goal, skill accuracy lower in point estimate, figures beyond the 3% limit,
     QA rows against the paper's rows 4-5)."""
     ms = report["models"]
@@ -184,7 +184,7 @@ def shortfalls(report: dict) -> list[str]:
     if base.get("lm_loss") and tuned.get("lm_loss"):
         lm = 100 * (tuned["lm_loss"] - base["lm_loss"]) / base["lm_loss"]
         out.append(f"- Plain LM loss on held-out passages {lm:+.1f}% vs the base ({'within' if lm <= DEGRADE_LIMIT_PCT else 'beyond'} "
-                   f"the issue's {DEGRADE_LIMIT_PCT:g}%).")
+                   f"the {DEGRADE_LIMIT_PCT:g}% limit).")
     if tuned.get("fig4") and base.get("fig4"):
         g, gb = fig4_gaps(tuned), fig4_gaps(base)
         g2 = fig4_gaps(ms["bp2c-retrieval"]) if "bp2c-retrieval" in ms else {}
@@ -204,11 +204,11 @@ def shortfalls(report: dict) -> list[str]:
                    "the paired differences; exact sign test): "
                    + ("not lower at any k" if not lower else "**lower in point estimate at k = " + ", ".join(
                        f"{k} ({100 * v['diff']:+.1f} ± {100 * v['diff_se']:.1f}, p = {v['p_sign']:.2f})" for k, v in lower.items())
-                      + "**, so the issue's \"not lower\" is not met as written; "
+                      + "**, so the target \"not lower\" is not met as written; "
                       + ("within noise (p >= 0.05 at every k)" if not beyond else f"beyond noise at k = {', '.join(beyond)} (p < 0.05)"))
                    + ".")
     over = degradations(report)
-    out.append(f"- Beyond the issue's {DEGRADE_LIMIT_PCT:g}% limit (any run, relative to the base; ⚠ in table 2 below): "
+    out.append(f"- Beyond the {DEGRADE_LIMIT_PCT:g}% limit (any run, relative to the base; ⚠ in table 2 below): "
                + ("; ".join(degradation_text(d) for d in over) if over else "none") + ".")
     q_b, q_t = base.get("table1") or {}, tuned.get("table1") or {}
     if q_b and q_t:
@@ -254,7 +254,7 @@ def model_card(report: dict, command: str, speed: dict | None = None) -> str:
     ms, train = report["models"], report.get("train", {})
     t = train.get("bptc-retrieval", {})
     cfg = t.get("config") or {}
-    own = {n: (r.get("gap_own") or {}).get("gap_pct") for n, r in ms.items()}  # the issue's setting
+    own = {n: (r.get("gap_own") or {}).get("gap_pct") for n, r in ms.items()}  # the goal's setting
     top5 = {n: (r.get("gap") or {}).get("gap_pct") for n, r in ms.items()}
     base_gap, goal = own.get("base"), own.get("bptc-retrieval")
     verdict = ("meets" if goal is not None and goal <= GAP_GOAL_PCT else "does not meet")
@@ -285,14 +285,14 @@ It is a small model on synthetic data, like its base.
   contention; bench/finetune_speed.py measures BPTC against BP2C side by side).
 
 ## Evaluation (held-out test split; `python scripts/finetune_demo.py --only eval`)
-Goal of issue #22: after BPTC, PICASO-R's held-out loss within 2% of Concat's (40 held-out retrieval samples,
+Goal: after BPTC, PICASO-R's held-out loss within 2% of Concat's (40 held-out retrieval samples,
 each with its own 3-5 candidate contexts; base: {base_gap if base_gap is not None else '?'}% above). This model {verdict} it there
 ({far}):
 PICASO-R minus Concat is {goal if goal is not None else '?'}% of Concat's loss there (BP2C, same steps:
 {own.get('bp2c-retrieval', '?')}%); with the MiniLM top-5 of the test database (the experiments protocol): base
 {top5.get('base', '?')}%, BPTC {top5.get('bptc-retrieval', '?')}%, BP2C {top5.get('bp2c-retrieval', '?')}%.
 
-Against the issue's targets, including where it falls short:
+Against the targets, including where it falls short:
 {short_md}
 
 {report_markdown(report)}

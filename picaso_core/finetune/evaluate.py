@@ -4,12 +4,12 @@
 
 Per model (all on the demo's TEST split; fine-tuning used the train split only):
     fig4     loss vs k (retrieval split, MiniLM top-k of the test database, most relevant last;
-             `experiments.run_sweep` + `summaries.curves`), before and after fine-tuning
+             `sweep.run_sweep` + `summaries.curves`), before and after fine-tuning
     table1   QA split with all of each question's passages (`run_sweep(ks=[None])` +
              `summaries.method_table`): Naive, Concat, Soup, CASO, PICASO-R, PICASO-S
     table2   general ability: plain LM loss on held-out passages, skill accuracy (skill_eval)
     gap      PICASO-R vs Concat at k = GAP_K on the retrieval split: (L_R - L_C) / L_C, the
-             figure the issue's goal is stated in (base: +14.6% on 40 samples)
+             figure the 2% goal (card.GAP_GOAL_PCT) is stated in (base: +14.6% on 40 samples)
 Records go to <out_dir>/<model>/records.jsonl (resumable, one line per sample x k x method).
 """
 
@@ -24,7 +24,8 @@ from typing import Sequence
 
 import torch
 
-from picaso_core.analysis import experiments as E
+from picaso_core.analysis import sweep
+from picaso_core.analysis.experiments import _tqdm
 from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
 from picaso_core.finetune.card import GAP_K, SKILL_KS, TABLE1_METHODS, model_card, report_markdown
@@ -34,7 +35,7 @@ FIG4_METHODS = ("none", "concat", "picaso_r", "picaso_s")
 LOWER_P = 0.05  # "skill accuracy lower": a paired sign test over the items the models disagree on
 
 
-def model_source(model, database: dict[str, str], suffix: str = E.CONTEXT_SUFFIX) -> E.ContextSource:
+def model_source(model, database: dict[str, str], suffix: str = sweep.CONTEXT_SUFFIX) -> sweep.ContextSource:
     """A ContextSource that encodes contexts with `model` itself (no state store): each context once."""
     states: dict[str, object] = {}
     tok = model.tokenizer
@@ -50,7 +51,7 @@ def model_source(model, database: dict[str, str], suffix: str = E.CONTEXT_SUFFIX
         prepare(ids)
         return [states[c] for c in ids]
 
-    return E.ContextSource(get, token_ids, prepare)
+    return sweep.ContextSource(get, token_ids, prepare)
 
 
 @torch.no_grad()
@@ -110,10 +111,10 @@ def skill_row(model, max_items: int | None = None) -> dict:
 
 def own_candidates_gap(model, samples) -> dict:
     """PICASO-R vs Concat with each sample's own candidate contexts (3-5: gold + distractors, in the
-    corpus's order; `evaluate.evaluate_samples`), the setting of the issue's baseline figure."""
+    corpus's order; `evaluate.evaluate_samples`), the setting of the 2% goal's baseline figure."""
     from picaso_core.analysis.evaluate import evaluate_samples
 
-    ml = evaluate_samples(model, samples, None, ("none", "concat", "picaso_r"), context_suffix=E.CONTEXT_SUFFIX).mean_loss
+    ml = evaluate_samples(model, samples, None, ("none", "concat", "picaso_r"), context_suffix=sweep.CONTEXT_SUFFIX).mean_loss
     return {"none": round(ml["none"], 5), "concat": round(ml["concat"], 5), "picaso_r": round(ml["picaso_r"], 5),
             "gap_pct": round(100 * (ml["picaso_r"] - ml["concat"]) / ml["concat"], 2)}
 
@@ -131,13 +132,13 @@ def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True,
     retriever = Retriever.cached(database, SentenceEmbedder(), None,
                                  seeds=[DEMO_DATA_DIR / "test_database.all-MiniLM-L6-v2.safetensors"])
     ranker = R.EmbeddingRanker(retriever, "minilm")
-    log = E.RecordLog(out_dir / "records.jsonl")
+    log = sweep.RecordLog(out_dir / "records.jsonl")
     source = model_source(model, database)
     main_ids = [s.sample_id for s in retrieval.samples[:samples]]
-    bar = E._tqdm("fig. 4 sweep") if progress else None
-    E.run_sweep(model, retrieval.samples[:samples], ranker, source, list(ks), log, FIG4_METHODS, "fig4", bar)
-    bar = E._tqdm("table 1 (QA, all passages)") if progress else None
-    E.run_sweep(model, qa.samples[:samples], ranker, source, [None], log, TABLE1_METHODS, "qa", bar)
+    bar = _tqdm("fig. 4 sweep") if progress else None
+    sweep.run_sweep(model, retrieval.samples[:samples], ranker, source, list(ks), log, FIG4_METHODS, "fig4", bar)
+    bar = _tqdm("table 1 (QA, all passages)") if progress else None
+    sweep.run_sweep(model, qa.samples[:samples], ranker, source, [None], log, TABLE1_METHODS, "qa", bar)
     records = list(log.records.values())
     curve = S.curves(records, main_ids, "minilm", ks)
     qa_keys = {(s.sample_id, len(s.contexts)) for s in qa.samples[:samples]}
@@ -172,7 +173,7 @@ def evaluate_runs(base: str, runs: dict[str, Path], out_dir: Path, samples: int 
         print(f"evaluating {name} ({where})", flush=True)
         if cached.is_file():
             row = json.loads(cached.read_text())
-            if "gap_own" not in row:  # a result written before this figure existed
+            if "gap_own" not in row:  # a cached result without this figure: computed here
                 from picaso_core.data import load_corpus
 
                 row["gap_own"] = own_candidates_gap(load_model(where), load_corpus("demo", "test").samples[:samples])

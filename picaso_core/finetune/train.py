@@ -46,7 +46,7 @@ COMPOSE_METHODS = ("picaso_r", "picaso_s")
 DATA_KINDS = ("retrieval", "qa")
 K_LIMIT = 50  # the largest k_max accepted (the paper draws k from 0..10; fig. 6 goes to 50)
 PRECISIONS = ("auto", "no", "bf16", "fp16")
-CONTEXT_SUFFIX = "\n\n"  # the separator the demo model saw between contexts (experiments.CONTEXT_SUFFIX)
+CONTEXT_SUFFIX = "\n\n"  # the separator the demo model saw between contexts (sweep.CONTEXT_SUFFIX)
 
 
 @dataclass

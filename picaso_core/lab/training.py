@@ -39,7 +39,7 @@ class LabConfig:
     augment: bool = False       # digits: appendix H's roto-translation (5 degrees, 0.01 shift) of every training batch
     lr: float | None = None     # None: table 1's (COFFEE 0.01, S6 0.003)
     schedule: str = "constant"  # constant | cosine (to 5% of lr at `steps`) | halve (appendix H: lr / 2 once train loss < 0.45)
-    batch: int = 128            # G.1 uses 512; on a CPU, steps are what COFFEE needs (README)
+    batch: int = 128            # G.1 uses 512; on a CPU, steps are what COFFEE needs (docs/coffee.md)
     steps: int = 3000
     seed: int = 0
     device: str = "cpu"

@@ -1,4 +1,4 @@
-"""Figures of the SSM primer (picaso_core.lab.primer), from its plain data. No model calls, no Gradio."""
+"""Figures of the SSM primer (picaso_core.lab.primer, lab.complexity), from its plain data. No model calls, no Gradio."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Figures of the State Soup lab (picaso_core.analysis.soup), from its plain data. No Gradio, no model calls.
+"""Figures of the State Soup lab (picaso_core.analysis.soup, soup_mixing), from its plain data. No Gradio, no model calls.
 
     state_map          the library projected to 2-D / 3-D, colour = task, open markers = shuffled
                        labels, hover = the demonstration (paper fig. 1 left, 4, 5)
@@ -64,7 +64,7 @@ def state_map(coords: np.ndarray, tasks: Sequence[str], texts: Sequence[str], ti
                       symbol="circle-open" if shuffled else "circle", line=dict(width=2 if shuffled else 0.5,
                                                                                      color=colors[base(task)] if shuffled else "white"))
         # One legend entry per base task (its shuffled twin shares the entry: a click toggles both), so
-        # the 20 tasks' legend fits below the map at 800 px too (issue #27: it was cut off at the right).
+        # the 20 tasks' legend fits below the map at 800 px too, not cut off at the right.
         common = dict(name=task, mode="markers", marker=marker, legendgroup=base(task), showlegend=not shuffled,
                       text=[_hover(texts[i]) for i in idx], customdata=[[task]] * len(idx),
                       hovertemplate="<b>%{customdata[0]}</b><br>%{text}<extra></extra>")
@@ -138,7 +138,7 @@ def retrieval_figure(r: dict) -> go.Figure:
 
 
 def mixing_figure(rows: Sequence[dict], rmix: Sequence[dict] = ()) -> go.Figure:
-    """Rows of soup.mixing_table (and soup.retrieval_mixing): accuracy (left) and loss (right) vs k."""
+    """Rows of soup_mixing.mixing_table (and soup_mixing.retrieval_mixing): accuracy (left) and loss (right) vs k."""
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
                         subplot_titles=("Answer accuracy (greedy exact match)", "Answer loss (nats / token)"))
     for data in (rows, rmix):
@@ -159,7 +159,7 @@ def mixing_figure(rows: Sequence[dict], rmix: Sequence[dict] = ()) -> go.Figure:
 
 
 def two_task_figure(rows: Sequence[dict], w: float | None = None, task_a: str = "A", task_b: str = "B") -> go.Figure:
-    """Rows of soup.two_task_mix: the loss of each answer vs w; hover shows the generation."""
+    """Rows of soup_mixing.two_task_mix: the loss of each answer vs w; hover shows the generation."""
     ws = [r["w"] for r in rows]
     gens = [html.escape(r["generation"]) or "(nothing)" for r in rows]
     fig = go.Figure()
@@ -178,7 +178,7 @@ def two_task_figure(rows: Sequence[dict], w: float | None = None, task_a: str = 
 
 
 def decay_figure(mean_loss: dict[str, float], n: int, wins: dict | None = None) -> go.Figure:
-    """Bars of the loss on the test chunk per method (soup.decay_table's mean_loss)."""
+    """Bars of the loss on the test chunk per method (soup_mixing.decay_table's mean_loss)."""
     methods = list(mean_loss)
     vals = [mean_loss[m] for m in methods]
     fig = go.Figure(go.Bar(x=[DECAY_LABEL.get(m, m) for m in methods], y=vals,

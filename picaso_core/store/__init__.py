@@ -1,6 +1,7 @@
 """The database of states (paper sec. 3.2): each context encoded once, stored, read back to compose.
 
     format.py   the on-disk format: errors, shard tensors, dtypes, atomic writes
-    store.py    StateStore: open / build / add / get, local folders and fsspec URLs
+    store.py    StateStore: open / build / get, integrity checks, local folders and fsspec URLs
+    writer.py   StoreWriter, StateStore's writing half: add / ensure / repair
     build.py    the ahead-of-time build, local or Ray Data: `python -m picaso_core.store build`
 """

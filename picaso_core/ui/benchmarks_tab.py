@@ -15,7 +15,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from picaso_core.analysis import experiments as E
+from picaso_core.analysis import sweep
 from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
 from picaso_core.assets import ASSETS
@@ -85,7 +85,7 @@ def intro(summary: dict | None) -> str:
 def parse_live_ks(value) -> list[int]:
     value = text("k list", value, ENDPOINT, MAX_KS_CHARS)
     try:
-        ks = E.parse_ks(value)
+        ks = sweep.parse_ks(value)
     except ValueError:
         raise bad_input(f"k list {value[:40]!r} is not valid: write numbers like 0,1,2,5 or a range 0-5", ENDPOINT) from None
     if not ks:
@@ -150,14 +150,14 @@ def snippets(samples: int, ks: str, methods: list[str], retriever: str) -> tuple
         "# the full protocol (all figures, report.html, paper_vs_ours.md):\n"
         f"#   {SHIPPED_COMMAND.split(' --ship')[0]}\n"
         "# this live sweep:\n"
-        "from picaso_core.analysis import experiments as E, summaries as S\n"
+        "from picaso_core.analysis import summaries as S, sweep\n"
         "from picaso_core.retrieval import rankers as R\n"
         "from picaso_core.ui.resources import load_resources\n\n"
         "res = load_resources('demo', 'demo')\n"
         f"ranker = R.EmbeddingRanker(res.retriever) if {retriever!r} == 'minilm' else R.make_ranker({retriever!r}, res.database)\n"
-        "log = E.MemoryLog()\n"
-        f"E.run_sweep(res.model, res.corpus.samples[:{samples}], ranker,\n"
-        "            E.ContextSource(res.states, res.token_ids), E.parse_ks(" + repr(ks) + "), log,\n"
+        "log = sweep.MemoryLog()\n"
+        f"sweep.run_sweep(res.model, res.corpus.samples[:{samples}], ranker,\n"
+        "            sweep.ContextSource(res.states, res.token_ids), sweep.parse_ks(" + repr(ks) + "), log,\n"
         f"            methods={tuple(methods)!r})\n"
         "curve = S.curves(log.records.values(), retriever=ranker.name)\n"
         "print(S.gains(curve)['avg'])\n"
@@ -173,14 +173,14 @@ def run_live(res: Resources, samples=5, ks="0,1,2,5", methods=None, retriever="m
     methods = list(METHODS) if methods is None else methods
     n, k_list, meths, rk = check_inputs(res, samples, ks, methods, retriever)
     chosen = res.corpus.samples[:n]
-    source = E.ContextSource(res.states, res.token_ids)
-    log = E.MemoryLog()
+    source = sweep.ContextSource(res.states, res.token_ids)
+    log = sweep.MemoryLog()
     ids: list[str] = []
     py, cl = snippets(n, str(ks), meths, rk.name)
     for i, s in enumerate(chosen):
         if progress is not None:
             progress((i, n), desc=f"sample {i + 1} of {n}: {len(k_list)} k x {len(meths)} methods")
-        E.run_sweep(res.model, [s], rk, source, k_list, log, meths, part="live")
+        sweep.run_sweep(res.model, [s], rk, source, k_list, log, meths, part="live")
         ids.append(s.sample_id)
         summ = live_summary(log, ids, k_list, rk.name)
         g = summ["gains"]["avg"]

@@ -320,7 +320,7 @@ def render(res: Resources | None = None) -> None:
                                  elem_id="coffee-table")
     with gr.Accordion("Run data (JSON)", open=False):
         data = gr.JSON(label="curves")
-    gr.Markdown("### Paper vs ours\nOur rows are the command-line runs in the README (2 shared CPU cores).")
+    gr.Markdown("### Paper vs ours\nOur rows are the command-line runs of docs/coffee.md (2 shared CPU cores).")
     gr.Dataframe(paper_table(), interactive=False, elem_id="coffee-paper-table", wrap=True)
 
     gr.Markdown("### IH0: watch the state decide (sec. 5, fig. 2)\nTwo one-dimensional COFFEE subsystems "
@@ -350,8 +350,8 @@ def render(res: Resources | None = None) -> None:
     ins = [task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed]
     # Stop is served here, not by gradio's `cancels`: the browser only clears a cancelled run once the
     # cancel request returns, and dropped (trigger_mode "once") or never replayed ("always_last") a
-    # Run clicked before that. Now the stopped run ends at its next turn like a finished one, and a
-    # Run clicked meanwhile starts right after it ("always_last").
+    # Run clicked before that. Served here, the stopped run ends at its next turn like a finished one,
+    # and a Run clicked meanwhile starts right after it ("always_last").
     run.click(coffee_train, ins, [loss_plot, acc_plot, status, table, data, py, cl], api_name="coffee_train",
                    preprocess=False, concurrency_limit=2, concurrency_id="coffee-train", show_progress="minimal",
                    trigger_mode="always_last")

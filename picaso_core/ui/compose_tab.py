@@ -29,15 +29,15 @@ from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
 TITLE = "Compose & compare"
-# The example the tab opens on: the demo question whose CASO / PICASO generations stop at EOS (issue
-# 27: they used to show "<|endoftext|>"); another corpus opens on its first example.
+# The example the tab opens on: the demo question whose CASO / PICASO generations stop at EOS
+# (an answer that ends cleanly, never "<|endoftext|>"); another corpus opens on its first example.
 DEFAULT_EXAMPLE = "demo-test-r0003"
 K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate beyond
 MAX_NEW_TOKENS = 64
 EXAMPLES_SHOWN = 300  # corpus examples offered in the picker
 ENDPOINT = "/compose"
 DEFAULTS = dict(k=5, contexts=[], most_relevant_last=True, max_new_tokens=24, example=None, model="base")  # the API's defaults
-MODELS = (("base model", "base"), ("fine-tuned (BPTC)", "bptc"))  # model choice (issue #22, finetune_tab)
+MODELS = (("base model", "base"), ("fine-tuned (BPTC)", "bptc"))  # model choice (the BPTC model: finetune_tab)
 # Requests served at once (gradio's per-event concurrency_limit; PICASO_COMPOSE_CONCURRENCY overrides).
 # 2 lets a light request start while a heavy one runs; the model is shared read-only (forward and
 # generate keep no state on the module; the store's ensure is locked; the Rust tokenizer's encode

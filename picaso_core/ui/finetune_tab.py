@@ -169,17 +169,17 @@ def live_examples(tok, samples) -> list[FT.Example]:
 
 def compare(res: Resources, tuned_model, samples) -> dict:
     """Held-out losses of the original and the fine-tuned copy at k = COMPARE_K, experiments protocol."""
-    from picaso_core.analysis import experiments as E
+    from picaso_core.analysis import sweep
     from picaso_core.retrieval import rankers as R
     from picaso_core.analysis import summaries as S
     from picaso_core.finetune.evaluate import model_source
 
     ranker = R.EmbeddingRanker(res.retriever, "minilm")
     out = {}
-    for name, model, source in (("base", res.model, E.ContextSource(res.states, res.token_ids)),
+    for name, model, source in (("base", res.model, sweep.ContextSource(res.states, res.token_ids)),
                                 ("tuned", tuned_model, model_source(tuned_model, res.database))):
-        log = E.MemoryLog()
-        E.run_sweep(model, samples, ranker, source, [COMPARE_K], log, COMPARE_METHODS, "live")
+        log = sweep.MemoryLog()
+        sweep.run_sweep(model, samples, ranker, source, [COMPARE_K], log, COMPARE_METHODS, "live")
         curve = S.curves(log.records.values(), ks=None)
         out[name] = {m: curve["loss"][m][-1] for m in curve["methods"]}
     return out

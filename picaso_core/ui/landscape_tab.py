@@ -115,7 +115,7 @@ def average_ids(res: Resources) -> list[str]:
 def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str = "u2-u3",
             progress=lambda *a, **kw: None) -> dict:
     """Fig. 2 for one sample or the average: Fig2.to_dict() plus the sample ids and context ids."""
-    from picaso_core.analysis.landscape import fig2
+    from picaso_core.analysis.landscape_fig2 import fig2
 
     steps = _check(res, sample, steps, pair)
     if blocked(res):
@@ -247,7 +247,7 @@ def code(d: dict, view: str) -> tuple[str, str]:
     py = (
         "from picaso_core.ui.resources import load_resources\n"
         "from picaso_core.ui.landscape_tab import load_samples\n"
-        "from picaso_core.analysis.landscape import fig2\n"
+        "from picaso_core.analysis.landscape_fig2 import fig2\n"
         "from picaso_core.plots.landscape import plane_figure\n\n"
         f"res = load_resources({d.get('model', 'demo')!r})\n"
         f"samples = load_samples(res, {ids!r})  # top-{K} retrieved contexts each, most relevant last\n"

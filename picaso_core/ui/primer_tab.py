@@ -2,8 +2,8 @@
 move a slider on and a student can check: recurrence = convolution, eigenvalues and memory, static
 vs selective Δ, Mamba-2 as attention with a structured mask, and complexity measured live.
 
-Handlers are plain functions (tested without a server) over picaso_core.lab.primer; figures come
-from picaso_core.plots.primer. API endpoints, one per action:
+Handlers are plain functions (tested without a server) over picaso_core.lab.primer and
+picaso_core.lab.complexity; figures come from picaso_core.plots.primer. API endpoints, one per action:
     Client(url).predict(magnitude=0.9, phase=20, N=4, T=96, api_name="/primer_lti")
     Client(url).predict(selectivity=1.0, api_name="/primer_selective")
     Client(url).predict(text="...", api_name="/primer_model")
@@ -23,6 +23,7 @@ import torch
 
 from picaso_core.assets import ASSETS
 from picaso_core.lab import primer as lab
+from picaso_core.lab.complexity import SERIES, measure_complexity
 from picaso_core.plots import primer as P
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, text, whole_number
@@ -34,7 +35,7 @@ DEFAULT_TEXT = ("Velmora is a city on the river Quell. It was founded in 1423 by
                 "and because of its blue glass, traders came from far away.")
 MAX_TEXT_TOKENS = 256  # memory and Δ per token: one forward of the loaded model
 MAX_M_TOKENS = 128  # the T x T matrix M: a heatmap past ~128 tokens is unreadable
-MAX_LENGTH, MAX_LENGTHS = 16384, 8  # the live measurement (the README's table comes from the CLI)
+MAX_LENGTH, MAX_LENGTHS = 16384, 8  # the live measurement (docs/primer.md's table comes from the CLI)
 REFERENCE_LAMBDAS = (0.5, 0.9)  # impulse responses drawn beside the slider's eigenvalue
 SHIPPED = ASSETS / "primer_complexity.json"  # bench/primer_complexity.py --ship
 
@@ -181,16 +182,16 @@ def parse_lengths(value) -> list[int]:
 
 def complexity_frame(r: dict) -> pd.DataFrame:
     """One row per T: seconds and MiB of the four series; a last row with the log-log slopes."""
-    names = {k: P.SERIES_STYLE[k][0].split(" (")[0] for k in lab.SERIES}
+    names = {k: P.SERIES_STYLE[k][0].split(" (")[0] for k in SERIES}
     rows = []
     for i, T in enumerate(r["lengths"]):
         row = {"T": str(T)}
-        row.update({f"{names[k]} (ms)": round(r["seconds"][k][i] * 1e3, 3) for k in lab.SERIES})
-        row.update({f"{names[k]} (MiB)": round(r["peak_bytes"][k][i] / 2**20, 2) for k in lab.SERIES})
+        row.update({f"{names[k]} (ms)": round(r["seconds"][k][i] * 1e3, 3) for k in SERIES})
+        row.update({f"{names[k]} (MiB)": round(r["peak_bytes"][k][i] / 2**20, 2) for k in SERIES})
         rows.append(row)
     slope = {"T": "log-log slope"}
-    slope.update({f"{names[k]} (ms)": round(r["slopes"][k], 2) for k in lab.SERIES})
-    slope.update({f"{names[k]} (MiB)": round(r["memory_slopes"][k], 2) for k in lab.SERIES})
+    slope.update({f"{names[k]} (ms)": round(r["slopes"][k], 2) for k in SERIES})
+    slope.update({f"{names[k]} (MiB)": round(r["memory_slopes"][k], 2) for k in SERIES})
     return pd.DataFrame(rows + [slope])
 
 
@@ -234,8 +235,8 @@ def complexity(res: Resources, lengths="256, 512, 1024, 2048, 4096", one_thread=
     width = (dict(heads=cfg.nheads, headdim=cfg.ssm_cfg.headdim, d_state=cfg.ssm_cfg.d_state,
                   chunk_size=cfg.ssm_cfg.chunk_size) if cfg.family == "Mamba2" else {})
     threads = 1 if one_thread and res.model.device.type == "cpu" else None
-    r = lab.measure_complexity(ls, device=res.model.device, threads=threads,
-                               progress=lambda d, t, desc: progress(d / t, desc=desc), **width)
+    r = measure_complexity(ls, device=res.model.device, threads=threads,
+                           progress=lambda d, t, desc: progress(d / t, desc=desc), **width)
     md = slopes_md(r)
     return P.complexity_figure(r), complexity_frame(r), md, r, *_code("complexity", lengths=lengths, one_thread=one_thread)
 
@@ -254,7 +255,7 @@ def _code(which: str, **kw) -> tuple[str, str]:
         "attention": (f"from picaso_core.lab.primer import semiseparable\n{load}"
                       f"d = semiseparable(res.model, res.model.tokenizer.encode({kw.get('text')!r}), "
                       f"{kw.get('layer')}, {kw.get('head')})\nprint(d['max_abs_diff'], d['relative_error'])\n"),
-        "complexity": ("from picaso_core.lab.primer import measure_complexity\n"
+        "complexity": ("from picaso_core.lab.complexity import measure_complexity\n"
                        f"r = measure_complexity([{', '.join(map(str, parse_lengths(kw.get('lengths', '256, 4096'))))}], "
                        f"threads={1 if kw.get('one_thread') else None})\n"
                        "print(r['slopes'])\n"),
@@ -360,7 +361,7 @@ def render(res: Resources) -> None:
     selectivity.change(primer_selective, [selectivity], [selective_plot, selective_data], api_name="primer_selective",
                        **live)
     # Read text: the model view, then (once it succeeded) the attention view, so that a rejected text
-    # shows one toast, not the same message twice (issue 27 walkthrough)
+    # shows one toast, not the same message twice
     # (the named event first: a second event of the same function would take its api name)
     gr.on([layer.change, head.change], primer_attention, [text_box, layer, head], att_outs,
           api_name="primer_attention", **live)

@@ -1,5 +1,5 @@
-"""The State soup tab's sentences, read off the data each panel shows (issue #27: a sentence must
-agree with its plot on whatever model is loaded). Plain strings (Markdown) from plain data."""
+"""The State soup tab's sentences, read off the data each panel shows, so that a sentence
+agrees with its plot on whatever model is loaded. Plain strings (Markdown) from plain data."""
 
 from __future__ import annotations
 

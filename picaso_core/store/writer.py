@@ -1,0 +1,167 @@
+"""Writing a StateStore (picaso_core.store.store): encoding contexts into new shards (`add`,
+`ensure`), re-encoding the contexts of a bad shard (`repair`), and saving the store.json index.
+
+StateStore inherits these methods from StoreWriter; they use the store's attributes (folder, model,
+suffix, dtype, fingerprint, the shards and contexts, the locks). Shards are written once and never
+modified (`add` writes new shards, `repair` replaces a bad one whole), each through a temporary
+file and a rename, so an interrupted write leaves the previous store intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterable
+
+from picaso_core.engine.state import ContextState
+from picaso_core.store.format import (FORMAT, META_FILE, SHARD_BYTES, Progress, StoreError, _atomic_write_text, _sha256,
+                                      check_dtype, shard_tensors, tqdm_progress)
+
+
+@dataclass
+class _Shard:
+    """One entry of store.json's shards: a file of states, its sha256, size and context ids."""
+
+    file: str
+    sha256: str
+    nbytes: int
+    ids: list[str]
+    worker: str = ""  # who wrote it (a multi-worker build); "" for shards written by `add`
+
+
+class StoreWriter:
+    """The writing half of StateStore: encoding contexts into new shards, repairing bad ones."""
+
+    # ---- writing ---------------------------------------------------------------------------
+    def add(
+        self,
+        contexts: Iterable[tuple[str, str]],
+        *,
+        shard_size: int | None = None,
+        batch_size: int = 16,
+        progress: Progress | bool = True,
+        dtype: str | None = None,
+    ) -> list[str]:
+        """Encode and append new contexts in new shards; existing shards are not touched.
+
+        Returns the ids added. Refuses ids already in the store (a context's state never changes
+        under its id; give a changed text a new id, or rebuild), and a `dtype` other than the
+        store's (one store, one precision: mixed shards would compose unevenly).
+        """
+        if dtype is not None and check_dtype(dtype) != self.dtype:
+            raise StoreError(f"the store at {self.url} holds {self.dtype} states; it cannot be appended to in "
+                             f"{dtype}. Append in {self.dtype}, or build a new store with dtype={dtype!r}")
+        with self._write_lock:
+            return self._add([(str(cid), text) for cid, text in contexts], shard_size, batch_size, progress)
+
+    def ensure(
+        self, contexts: Iterable[tuple[str, str]], *, batch_size: int = 16, progress: Progress | bool = False
+    ) -> list[str]:
+        """Encode and add those of `contexts` the store lacks (the app's lazy store); returns their ids.
+
+        Safe to call from several threads: a context asked for twice at once is encoded once.
+        Raises StoreError if an id is stored with another text (its state would be stale).
+        """
+        items = list(dict((str(cid), text) for cid, text in contexts).items())
+        with self._write_lock:
+            stale = [cid for cid, text in items if cid in self._contexts and self._contexts[cid]["text"] != text]
+            if stale:
+                raise StoreError(
+                    f"context {stale[0]!r} is stored at {self.folder} with another text; its state is stale. "
+                    "Give the new text a new id, or rebuild the store"
+                )
+            new = [(cid, text) for cid, text in items if cid not in self._contexts]
+            return self._add(new, None, batch_size, progress)
+
+    def _add(self, items: list[tuple[str, str]], shard_size: int | None, batch_size: int,
+             progress: Progress | bool) -> list[str]:
+        seen: set[str] = set()
+        for cid, text in items:
+            if cid in self._contexts or cid in seen:
+                raise StoreError(f"context id {cid!r} is already in the store at {self.folder} (or given twice); ids are unique")
+            if not isinstance(text, str):
+                raise StoreError(f"context {cid!r}: text must be a str, got {type(text).__name__}")
+            seen.add(cid)
+        if not items:
+            return []
+        self._check_writable()
+        if progress is True:
+            progress = tqdm_progress(f"encoding {len(items)} contexts")
+        shard_size = shard_size or max(1, SHARD_BYTES // self.model.config.state_nbytes())
+        tok = self.model.tokenizer
+        token_ids = {cid: tok.encode(text + self.suffix) for cid, text in items}
+        # Shards group contexts of similar length, so the batches inside them pad little.
+        by_length = sorted(items, key=lambda it: len(token_ids[it[0]]))
+        new_entries = {cid: {"id": cid, "text": text, "num_tokens": len(token_ids[cid])} for cid, text in items}
+        done = 0
+        for start in range(0, len(by_length), shard_size):
+            chunk = [cid for cid, _ in by_length[start : start + shard_size]]
+            base = done
+
+            def sub(i: int, n: int, base=base) -> None:
+                if progress:
+                    progress(base + i, len(items))
+
+            states = self.model.encode_contexts([token_ids[c] for c in chunk], batch_size=batch_size, progress=sub)
+            si = self._write_shard(chunk, states)
+            for cid in chunk:
+                new_entries[cid]["shard"] = si
+            done += len(chunk)
+            if progress:
+                progress(done, len(items))
+        with self._lock:
+            for cid, _ in items:  # insertion order, not length order
+                self._contexts[cid] = new_entries[cid]
+            self._save_meta()
+        return [cid for cid, _ in items]
+
+    def _write_shard(self, cids: list[str], states: list[ContextState], index: int | None = None) -> int:
+        from safetensors.torch import save_file
+
+        tensors = shard_tensors(cids, states, self.model.config.state_shapes(), self.dtype)
+        index = len(self._shards) if index is None else index
+        name = f"shard-{index:05d}.safetensors"
+        path = self.folder / name
+        tmp = path.with_name(name + ".tmp")
+        save_file(tensors, str(tmp), metadata={"format": FORMAT, "fingerprint": self.fingerprint, "dtype": self.dtype})
+        os.replace(tmp, path)
+        shard = _Shard(file=name, sha256=_sha256(path), nbytes=path.stat().st_size, ids=list(cids))
+        with self._lock:
+            if index == len(self._shards):
+                self._shards.append(shard)
+            else:
+                self._shards[index] = shard
+            self._verified.add(index)
+            self._bad.pop(index, None)
+        return index
+
+    def _check_writable(self) -> None:
+        if self._remote is not None:
+            raise StoreError(f"the store at {self.url} is read-only here (opened from a URL); add contexts with "
+                             f"`python -m picaso_core.store build --out {self.url} ...`, or open a local copy")
+
+    def _save_meta(self) -> None:
+        self._meta["shards"] = [vars(s) for s in self._shards]
+        self._meta["contexts"] = list(self._contexts.values())
+        _atomic_write_text(self.folder / META_FILE, json.dumps(self._meta, indent=1))
+
+    def repair(self, progress: Progress | bool = True) -> list[str]:
+        """Re-encode the contexts of every bad shard from their stored text; returns the files fixed."""
+        with self._write_lock:
+            return self._repair(progress)
+
+    def _repair(self, progress: Progress | bool) -> list[str]:
+        bad = self.check()
+        if bad:
+            self._check_writable()
+        for file in bad:
+            si = next(i for i, s in enumerate(self._shards) if s.file == file)
+            cids = self._shards[si].ids
+            bar = tqdm_progress(f"re-encoding {file}") if progress is True else progress
+            states = self.model.encode_contexts([self.token_ids(c) for c in cids], progress=bar or None)
+            self._write_shard(cids, states, index=si)
+        if bad:
+            with self._lock:
+                self._save_meta()
+        return bad
