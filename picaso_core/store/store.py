@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from picaso_core.engine.state import ContextState
-from picaso_core.store.format import (  # noqa: F401  (re-exported: picaso_core.store is where users import them)
+from picaso_core.store.format import (  # noqa: F401  (the store's public names in one module)
     CACHE_BYTES, DTYPES, FORMAT, META_FILE, REMOTE_CACHE, SHARD_BYTES, CorruptShardError, Progress, StoreError,
     _atomic_write_text, _describe_config, _model_name, _sha256, _shard_header, check_dtype, is_url, shard_tensors,
     tqdm_progress)
