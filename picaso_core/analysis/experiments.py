@@ -32,6 +32,7 @@ picaso_core/analysis/summaries.py.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -97,23 +98,6 @@ def process_vs_generate(model, lengths: Sequence[int], new_tokens: int = 32, rep
 # --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
-def _tqdm(desc: str):
-    from tqdm.auto import tqdm
-
-    bar = None
-
-    def update(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
-        bar.n = done
-        bar.refresh()
-        if done >= total:
-            bar.close()
-
-    return update
-
-
 def default_store_dir(corpus: str, split: str, fingerprint: str, database: str | None = None) -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "picaso_explorer" / "experiments"
     name = Path(corpus).stem if corpus.endswith(".jsonl") else corpus
@@ -178,7 +162,9 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
     from picaso_core.data import load_corpus
     from picaso_core.engine.loading import load_model
     from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, embeddings_path
-    from picaso_core.store.store import StateStore, StoreError, check_serves, is_url
+    from picaso_core.store.store import StateStore, StoreError, check_serves, is_url, tqdm_progress
+
+    progress_bar = functools.partial(tqdm_progress, unit="step")
 
     # the command that builds (or completes) the store this run reads
     build_cmd = (f"python -m picaso_core.store build --model {args.model} --corpus {args.corpus} "
@@ -234,7 +220,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
     # the app's check, before any sweep: a URL store (read-only) must hold every context retrieved from
     check_serves(store, database, CONTEXT_SUFFIX, build_cmd)
     store_dir = store.folder  # a URL's local cache: embeddings and ranker caches are kept there
-    source = ContextSource.from_store(store, database, progress=_tqdm("encoding contexts (database build)"))
+    source = ContextSource.from_store(store, database, progress=progress_bar("encoding contexts (database build)"))
 
     embedder = embedder or SentenceEmbedder()
     seeds = []
@@ -243,20 +229,20 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
 
         seeds = [DEMO_DATA_DIR / f"{args.split}_database.{embedder.name}.safetensors"]
     minilm = Retriever.cached(database, embedder, embeddings_path(store_dir, embedder.name), seeds=seeds,
-                              progress=_tqdm("embedding chunks for retrieval"))
+                              progress=progress_bar("embedding chunks for retrieval"))
     rankers = {"minilm": make_ranker("minilm", database, minilm)}
 
     samples = corpus.samples[: args.samples]
     timed = None if args.timed_samples < 0 else args.timed_samples
     plan: dict = {"main": {"samples": [s.sample_id for s in samples], "ks": ks}}
     print(f"main k-sweep: {len(samples)} samples x k = {args.ks} x {len(methods)} methods")
-    run_sweep(model, samples, rankers["minilm"], source, ks, log, methods, "main", _tqdm("main k-sweep"),
+    run_sweep(model, samples, rankers["minilm"], source, ks, log, methods, "main", progress_bar("main k-sweep"),
               timed=timed)
 
     if qa_corpus is not None:
         qa_samples = qa_corpus.samples[: args.samples]
         print(f"QA pass (table 1): {len(qa_samples)} {qa_corpus.name} questions with all their passages")
-        run_sweep(model, qa_samples, rankers["minilm"], source, [None], log, methods, "qa", _tqdm("QA pass"),
+        run_sweep(model, qa_samples, rankers["minilm"], source, [None], log, methods, "qa", progress_bar("QA pass"),
                   timed=timed)
         plan["qa"] = {"corpus": f"{qa_corpus.name} QA" if qa_corpus.name == "demo" else qa_corpus.name,
                       "keys": [[s.sample_id, len(s.contexts)] for s in qa_samples]}
@@ -268,7 +254,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
         long_methods = tuple(m for m in methods if m in LONG_METHODS)
         print(f"long sweep (fig. 6): {len(long_samples)} samples x k = {args.long_ks}, no PICConcat-R")
         run_sweep(model, long_samples, rankers["minilm"], source, long_ks, log, long_methods, "long",
-                  _tqdm("long sweep"))
+                  progress_bar("long sweep"))
         plan["long"] = {"samples": [s.sample_id for s in long_samples], "ks": sorted(set(long_ks) | set(ks))}
 
     skipped = []
@@ -284,7 +270,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
                 skipped.append(str(e))
                 continue
             print(f"retriever ablation (fig. 8): {RETRIEVERS[name][0]}, {len(abl)} samples")
-            run_sweep(model, abl, ranker, source, ks, log, ABLATION_METHODS, "retrievers", _tqdm(f"retriever {name}"))
+            run_sweep(model, abl, ranker, source, ks, log, ABLATION_METHODS, "retrievers", progress_bar(f"retriever {name}"))
             done.append(name)
         plan["retrievers"] = {"samples": [s.sample_id for s in abl], "ks": ks, "names": done}
 

@@ -1,8 +1,8 @@
-"""Summaries of an experiments run: curves, gains, time ratios, the QA table, paper vs ours, report.html.
+"""Summaries of an experiments run: curves, gains, time ratios, the QA table, paper vs ours.
 
 Everything here is a pure function of the records (one dict per retriever x sample x k x method,
 picaso_core.analysis.sweep.run_sweep) and returns plain dicts or text: summary.json, paper_vs_ours.md,
-report.html, and the app's Benchmarks tab read the same structures.
+report.html (picaso_core.plots.report) and the app's Benchmarks tab read the same structures.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from typing import Sequence
 import torch
 
 from picaso_core.analysis import sweep
-from picaso_core.analysis.experiments import _tqdm
 from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
+from picaso_core.store.format import tqdm_progress
 from picaso_core.finetune.card import GAP_K, SKILL_KS, TABLE1_METHODS, model_card, report_markdown
 
 FIG4_KS = (0, 1, 2, 3, 5, 7, 10)
@@ -135,9 +135,9 @@ def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True,
     log = sweep.RecordLog(out_dir / "records.jsonl")
     source = model_source(model, database)
     main_ids = [s.sample_id for s in retrieval.samples[:samples]]
-    bar = _tqdm("fig. 4 sweep") if progress else None
+    bar = tqdm_progress("fig. 4 sweep", "step") if progress else None
     sweep.run_sweep(model, retrieval.samples[:samples], ranker, source, list(ks), log, FIG4_METHODS, "fig4", bar)
-    bar = _tqdm("table 1 (QA, all passages)") if progress else None
+    bar = tqdm_progress("table 1 (QA, all passages)", "step") if progress else None
     sweep.run_sweep(model, qa.samples[:samples], ranker, source, [None], log, TABLE1_METHODS, "qa", bar)
     records = list(log.records.values())
     curve = S.curves(records, main_ids, "minilm", ks)

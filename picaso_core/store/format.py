@@ -90,8 +90,8 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def tqdm_progress(desc: str) -> Progress:
-    """A progress(done, total) callback drawing a tqdm bar on stderr."""
+def tqdm_progress(desc: str, unit: str = "ctx") -> Progress:
+    """A progress(done, total) callback drawing a tqdm bar on stderr (every CLI's long loops)."""
     from tqdm.auto import tqdm
 
     bar = None
@@ -99,7 +99,7 @@ def tqdm_progress(desc: str) -> Progress:
     def update(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=total, desc=desc, unit="ctx")
+            bar = tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True)
         bar.update(done - bar.n)
         if done >= total:
             bar.close()
