@@ -50,6 +50,9 @@ class Resources:
     retriever: Retriever
     max_tokens: int  # most context tokens a request may compose; more is refused with a message
     load_s: dict[str, float]  # seconds spent loading each part, shown in the header
+    # Everything the app derives (embeddings, caches, warm-up files, skill library) is written
+    # under this folder, never into or beside a store the operator pointed at.
+    cache_dir: Path = DEFAULT_CACHE
 
     def __post_init__(self):
         self._num_tokens: dict[str, int] = {}
@@ -237,4 +240,4 @@ def load_resources(
         seeds=shipped_embeddings(corpus, split, embedder.name),
         progress=tqdm_progress("embedding contexts for retrieval"))
     times["retriever"] = time.perf_counter() - t
-    return Resources(m, model, c, store, retriever, max_tokens, times)
+    return Resources(m, model, c, store, retriever, max_tokens, times, Path(cache_dir))
