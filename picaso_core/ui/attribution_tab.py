@@ -20,6 +20,7 @@ import pandas as pd
 from picaso_core.plots import attribution as plots
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, id_list, text, whole_number
+from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.resources import Resources
 
@@ -433,11 +434,13 @@ def render(res: Resources) -> None:
             prec_data = gr.JSON(label="Precision (plain data)")
     py, cl = show_code(*code_snippets(q0, a0, 5, c0, list(METHODS)))
 
+    @gpu(duration=60)
     def attribute_endpoint(query, answer="", k=5, contexts=None, methods=None, example=None,
                            progress=gr.Progress()):
         """Attribute an answer to its contexts with leave-one-in, leave-one-out per method and a surrogate."""
         return attribute(res, query, answer, k, contexts, methods, example, progress)
 
+    @gpu(duration=120)
     def precision_endpoint(n_samples=20, methods=None, progress=gr.Progress()):
         """Precision of each attribution method over the labelled examples (paper table 4)."""
         return run_precision(res, n_samples, methods, progress)
@@ -445,6 +448,7 @@ def render(res: Resources) -> None:
     example.change(lambda sid: pick_example(res, sid), example, [query, answer, picked], api_visibility="private")
     gr.context.Context.root_block.load(lambda sid: pick_example(res, sid), example, [query, answer, picked],
                                        api_visibility="private")
+    @gpu(duration=20)
     def generate_endpoint(query, k=5, contexts=None):
         """The model's own greedy answer from the PICASO-R composition of the contexts."""
         return generate_answer(res, query, k, contexts)

@@ -23,6 +23,7 @@ from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS
 from picaso_core.plots import experiments as P
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, id_list, text, whole_number
+from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
@@ -232,6 +233,7 @@ def render(res: Resources) -> None:
     py0, cl0 = snippets(5, "0,1,2,5", list(METHODS), "minilm")
     py, cl = show_code(py0, cl0)
 
+    @gpu(duration=120)
     def benchmarks(samples, ks, methods, retriever, progress=gr.Progress()):
         """Run a small k-sweep (the paper's protocol) and return its figures and summary."""
         yield from run_live(res, samples, ks, methods, retriever, progress)

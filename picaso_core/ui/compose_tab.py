@@ -25,6 +25,7 @@ from plotly.subplots import make_subplots
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, id_list, text, whole_number
 from picaso_core.ui.finetune_tab import SHIPPED_DIR as FINETUNED_DIR
+from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
 
@@ -476,6 +477,7 @@ def render(res: Resources) -> None:
     py_code, client_code = show_code()
     history = gr.State([])
 
+    @gpu(duration=30)
     def compose_endpoint(query, continuation, k, contexts, most_relevant_last, max_new_tokens,
                          example=None, history=None, model="base", progress=gr.Progress()):
         """Compose the retrieved (or given) contexts' states with every method and compare them."""

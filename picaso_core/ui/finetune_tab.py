@@ -29,6 +29,7 @@ from picaso_core.finetune import train as FT
 from picaso_core.plots import finetune as PF
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, whole_number
+from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
 
@@ -326,6 +327,7 @@ def render(res: Resources) -> None:
     data = gr.JSON(label="Live run (history, comparison)", elem_id="ft-json")
     py, cl = show_code(*snippets("bptc", 40, 5, 3e-4))
 
+    @gpu(duration=180)
     def finetune(objective, steps, k_max, lr, progress=gr.Progress()):
         """Fine-tune a copy of the model with BPTC or BP2C for a few steps, then compare it with the original."""
         yield from run_live(res, objective, steps, k_max, lr, progress)

@@ -26,6 +26,7 @@ from picaso_core.assets import ASSETS
 from picaso_core.plots.landscape import colour_scale, line_figure, plane_figure, plane_title, zrange
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, text, whole_number
+from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
 
@@ -316,6 +317,7 @@ def render(res: Resources) -> None:
     py, cl = show_code()
     outs = [summary, soup_plot, caso_plot, line_plot, table, data, py, cl]
 
+    @gpu(duration=120)
     def landscape_endpoint(sample, steps, pair, view, progress=gr.Progress()):
         """Loss over the Soup and CASO planes (PICASO fig. 2) for a sample or the average of 10."""
         return landscape(res, sample, steps, pair, view, progress)

@@ -27,6 +27,7 @@ from picaso_core.lab.complexity import SERIES, measure_complexity
 from picaso_core.plots import primer as P
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, text, whole_number
+from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import count_slider
 from picaso_core.ui.resources import Resources
 
@@ -339,18 +340,22 @@ def render(res: Resources) -> None:
         """A toy SSM with static vs input-dependent Δ on one input sequence."""
         return selective(selectivity)
 
+    @gpu(duration=15)
     def primer_model(text):
         """The loaded model's per-head memory (tokens) and its Δ per token on a text."""
         return model_view(res, text)
 
+    @gpu(duration=15)
     def primer_attention(text, layer, head):
         """Mamba-2's semiseparable matrix M of one layer and head; M x against the model's scan."""
         return attention_view(res, text, layer, head)
 
+    @gpu(duration=120)
     def primer_complexity(lengths, one_thread, progress=gr.Progress()):
         """Measure attention vs SSM time and memory over T tokens and per decode step."""
         return complexity(res, lengths, one_thread, progress)
 
+    @gpu(duration=15)
     def show_defaults():
         return (*lti(), *selective(), *model_view(res), *attention_view(res))
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from picaso_core.analysis import soup
 from picaso_core.ui.code import show_code
+from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.resources import Resources
 from picaso_core.ui.soup_handlers import (DEFAULT_ANSWERS, DEFAULT_METHOD, DEFAULT_PROMPT, MIX_COLUMNS, TASK_A, TASK_B,
@@ -118,31 +119,38 @@ def render(res: Resources) -> None:
         decay_data = gr.JSON(label="A-decay data")
     py_code, client_code = show_code()
 
+    @gpu(duration=60)
     def map_endpoint(layer, part, method, dim, demos="", top=5, progress=gr.Progress()):
         """The library's states projected at one layer (with typed demonstrations marked)."""
         return soup_map(res, layer, part, method, dim, demos, top, progress=progress)
 
+    @gpu(duration=60)
     def place_endpoint(layer, part, method, dim, demos, top, progress=gr.Progress()):
         return soup_map(res, layer, part, method, dim, demos, top, require_demos=True, progress=progress)
 
+    @gpu(duration=30)
     def retrieve_endpoint(demos, layer=n_layer // 2, part="ssm", top=5):
         """The tasks of the library states nearest to the state of the demonstrations."""
         _, table, data = retrieve(res, demos, layer, part, top)
         return table, data
 
+    @gpu(duration=120)
     def retrieval_endpoint(queries=4, part="ssm", progress=gr.Progress()):
         """Top-1 task retrieval accuracy vs k per layer."""
         return retrieval_curve(res, queries, part, progress)
 
+    @gpu(duration=120)
     def mixing_endpoint(queries=3, progress=gr.Progress()):
         """Soup of states vs shots, and retrieval + mixing."""
         return mixing(res, queries, progress)
 
+    @gpu(duration=30)
     def two_task_endpoint(task_a=TASK_A, task_b=TASK_B, prompt=DEFAULT_PROMPT, answers=DEFAULT_ANSWERS, w=0.5,
                           progress=gr.Progress()):
         """Weighted mixing of two skills' states."""
         return two_task(res, task_a, task_b, prompt, answers, w, progress)
 
+    @gpu(duration=60)
     def decay_endpoint(chunk_tokens=100, documents=10, progress=gr.Progress()):
         """A-decay vs concat vs mean vs c2 alone on sequential chunks."""
         return decay(res, chunk_tokens, documents, progress)
