@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from picaso_core.store.store import CorruptShardError, StateStore, StoreError
-from picaso_core.store.build import ShardEncoder, build_store, main, write_index
+from picaso_core.store.build import ShardEncoder, build_store, write_index
+from picaso_core.store.cli import main
 from test_store import CONTEXTS, tiny_model
 
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}  # ~4 ulps of each format's 11 / 8 mantissa bits

@@ -13,12 +13,13 @@ This package imports `datasets` only inside the hub loaders.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from picaso_core.assets import ASSETS
 from picaso_core.data.demo_world import CONTEXT_SEP, render_concat, render_parts, training_examples
 from picaso_core.data.jsonl import load_jsonl, read_chunks, read_samples, write_chunks, write_samples
-from picaso_core.data.schema import Corpus, RetrievalSample, limit_corpus, qa_prompt
+from picaso_core.data.schema import Corpus, CorpusError, RetrievalSample, limit_corpus, qa_prompt
 from picaso_core.data.skills import format_demos, format_query, load_skill_tasks, skill_query
 
 DEMO_DATA_DIR = ASSETS / "demo_data"
@@ -27,7 +28,7 @@ CORPORA = ("demo", "wikitext", "msmarco")
 _DEFAULT_KIND = {"demo": "retrieval", "wikitext": "retrieval", "msmarco": "qa"}
 
 __all__ = [
-    "CONTEXT_SEP", "CORPORA", "Corpus", "RetrievalSample", "format_demos", "format_query", "limit_corpus", "load_corpus",
+    "CONTEXT_SEP", "CORPORA", "Corpus", "CorpusError", "RetrievalSample", "format_demos", "format_query", "limit_corpus", "load_corpus",
     "load_demo", "load_jsonl", "load_skill_tasks", "qa_prompt", "read_chunks", "read_samples",
     "render_concat", "render_parts", "skill_query", "training_examples", "write_chunks", "write_samples",
 ]
@@ -41,13 +42,13 @@ def load_demo(split: str = "test", kind: str = "retrieval", data_dir: str | Path
         kind: "retrieval" (WikiText protocol) or "qa" (MS MARCO shape).
     """
     if split not in DEMO_SPLITS:
-        raise ValueError(f"demo split must be one of {DEMO_SPLITS}, got {split!r}")
+        raise CorpusError("demo", f"split must be one of {', '.join(DEMO_SPLITS)}, got {split!r}", "pass --split test")
     if kind not in ("retrieval", "qa"):
-        raise ValueError(f"demo kind must be 'retrieval' or 'qa', got {kind!r}")
+        raise CorpusError("demo", f"kind must be 'retrieval' or 'qa', got {kind!r}", "pass one of them")
     folder = Path(data_dir) if data_dir is not None else DEMO_DATA_DIR
     samples_path, db_path = folder / f"{split}_{kind}.jsonl", folder / f"{split}_database.jsonl"
     if not samples_path.is_file() or not db_path.is_file():
-        raise FileNotFoundError(f"demo data missing in {folder}; regenerate it with `python scripts/build_demo_data.py`")
+        raise CorpusError(folder, "demo data missing", "regenerate it with `python scripts/build_demo_data.py`")
     corpus = load_jsonl(samples_path, database=db_path, name="demo", split=split)
     return corpus
 
@@ -72,23 +73,22 @@ def load_corpus(name: str | None, split: str = "test", kind: str | None = None, 
     """
     if name in (None, "", "none"):
         if database is None:
-            raise ValueError("no corpus: give a corpus (demo, wikitext, msmarco, a .jsonl file) or a database file")
+            raise CorpusError("--corpus", "no corpus", "give a corpus (demo, wikitext, msmarco, a .jsonl file) or a "
+                              "database file (--database)")
         chunks = read_chunks(database)
-        if not chunks:
-            raise ValueError(f"database file {database} holds no chunks")
         return Corpus(name=Path(database).stem, split="custom", samples=[], database=chunks)
     if database is not None and name in CORPORA:
-        raise ValueError(f"a database file adds chunks to a .jsonl corpus, not to {name!r}: pass your samples as "
-                         "a .jsonl corpus, or the database alone (no corpus)")
+        raise CorpusError(database, f"a database file adds chunks to a .jsonl corpus, not to {name!r}",
+                          "pass your samples as a .jsonl corpus, or the database alone (no corpus)")
     if name not in CORPORA:
-        if str(name).endswith(".jsonl") or Path(name).is_file():
+        if str(name).endswith((".jsonl", ".json")) or os.sep in str(name) or Path(name).exists():
             return load_jsonl(name, database=database, **kwargs)
-        raise ValueError(f"unknown corpus {name!r}: use one of {CORPORA} or a path to a .jsonl file")
+        raise CorpusError(name, "unknown corpus", f"use one of {', '.join(CORPORA)} or a path to a .jsonl file")
     kind = kind or _DEFAULT_KIND[name]
     if name == "demo":
         return load_demo(split, kind, **kwargs)
     if kind != _DEFAULT_KIND[name]:
-        raise ValueError(f"{name} has only {_DEFAULT_KIND[name]!r} samples, got kind={kind!r}")
+        raise CorpusError(name, f"has only {_DEFAULT_KIND[name]!r} samples, got kind={kind!r}", "leave out kind")
     from picaso_core.data import hub  # imports `datasets` lazily
 
     if name == "wikitext":

@@ -17,12 +17,18 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from picaso_core.data.schema import Corpus, RetrievalSample, qa_prompt
+from picaso_core.data.schema import Corpus, CorpusError, RetrievalSample, qa_prompt
 from picaso_core.engine.tokenizer import check_hub_reachable, hub_offline
 
 WIKITEXT_REPO, WIKITEXT_CONFIG = "Salesforce/wikitext", "wikitext-2-raw-v1"
 MSMARCO_REPO, MSMARCO_CONFIG = "microsoft/ms_marco", "v2.1"
 NO_ANSWER = "No Answer Present."
+
+
+class HubError(RuntimeError):
+    """A hub corpus that cannot be downloaded; the message names the offline fix."""
+
+
 OFFLINE_FIX = "offline, use load_corpus('demo', ...) (bundled) or a .jsonl file of your own"
 
 
@@ -178,13 +184,13 @@ def _load_rows(repo: str, config: str, split: str):
         try:
             return datasets.load_dataset(repo, config, split=split)
         except Exception as e:
-            raise RuntimeError(f"{repo} ({config}, {split}) is not in the local cache and the hub is offline; {OFFLINE_FIX}") from e
+            raise HubError(f"{repo} ({config}, {split}) is not in the local cache and the hub is offline; {OFFLINE_FIX}") from e
         finally:
             datasets.config.HF_HUB_OFFLINE = was
     try:
         check_hub_reachable(repo, "dataset")
     except Exception as e:
-        raise RuntimeError(
+        raise HubError(
             f"cannot reach the Hugging Face hub for {repo} ({type(e).__name__}: {e}); {OFFLINE_FIX} "
             f"(a cached copy loads with HF_HUB_OFFLINE=1)"
         ) from e
@@ -197,7 +203,7 @@ MSMARCO_SPLITS = ("train", "validation", "test")
 
 def load_wikitext(split: str = "test", unit: str = "paragraph", min_words: int = 16) -> Corpus:
     if split not in WIKITEXT_SPLITS:
-        raise ValueError(f"wikitext split must be one of {WIKITEXT_SPLITS}, got {split!r}")
+        raise CorpusError("wikitext", f"split must be one of {', '.join(WIKITEXT_SPLITS)}, got {split!r}", "pass one of them")
     return wikitext_corpus(_load_rows(WIKITEXT_REPO, WIKITEXT_CONFIG, split), split, unit, min_words)
 
 
@@ -205,6 +211,6 @@ def load_msmarco(split: str = "validation") -> Corpus:
     """MS MARCO v2.1. "test" means the validation split: v2.1's own test split has no answers,
     and the paper evaluates on validation (sec. 6.1)."""
     if split not in MSMARCO_SPLITS:
-        raise ValueError(f"msmarco split must be one of {MSMARCO_SPLITS}, got {split!r}")
+        raise CorpusError("msmarco", f"split must be one of {', '.join(MSMARCO_SPLITS)}, got {split!r}", "pass one of them")
     hub_split = "validation" if split == "test" else split
     return msmarco_corpus(_load_rows(MSMARCO_REPO, MSMARCO_CONFIG, hub_split), hub_split)

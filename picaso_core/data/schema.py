@@ -28,6 +28,16 @@ def qa_prompt(question: str) -> str:
 KINDS: tuple[str, ...] = ("retrieval", "qa")
 
 
+class CorpusError(ValueError):
+    """A corpus that cannot be loaded: one line naming the file, the line (where there is one),
+    what is wrong and the fix. Entry points (app.py, the CLIs) print it as `error: ...`."""
+
+    def __init__(self, path, what: str, fix: str = "", line: int | None = None):
+        self.path, self.line, self.what, self.fix = str(path), line, what, fix
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {what}" + (f"; {fix}" if fix else ""))
+
+
 @dataclass(frozen=True)
 class RetrievalSample:
     sample_id: str
@@ -127,7 +137,7 @@ def limit_corpus(corpus, max_contexts: int):
     the first `max_contexts` chunks).
     """
     if max_contexts < 1:
-        raise ValueError(f"max_contexts must be >= 1, got {max_contexts}")
+        raise CorpusError("--max-contexts", f"must be >= 1, got {max_contexts}", "pass a positive number")
     keep: dict[str, str] = {}
     samples = []
     for s in corpus.samples:
@@ -141,6 +151,6 @@ def limit_corpus(corpus, max_contexts: int):
             break
         keep.setdefault(cid, text)
     if corpus.samples and not samples:
-        raise ValueError(f"max_contexts={max_contexts} is too small for even the first example's "
-                         f"{len(corpus.samples[0].contexts)} contexts; raise it")
+        raise CorpusError("--max-contexts", f"{max_contexts} is too small for even the first example's "
+                          f"{len(corpus.samples[0].contexts)} contexts", "raise it")
     return Corpus(corpus.name, corpus.split, samples, keep)

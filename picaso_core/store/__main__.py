@@ -1,5 +1,5 @@
-"""`python -m picaso_core.store build ...`: see picaso_core/store/build.py."""
+"""`python -m picaso_core.store build | check | repair ...`: see picaso_core/store/cli.py."""
 
-from picaso_core.store.build import main
+from picaso_core.store.cli import main
 
 main()

@@ -23,7 +23,6 @@ named; a sidecar whose shard vanished is re-encoded.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -35,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from picaso_core.store.format import (FORMAT, META_FILE, SHARD_BYTES, StoreError, _sha256, check_dtype, is_url,
-                               shard_tensors, tqdm_progress)
+from picaso_core.store.format import (DAMAGED, FORMAT, META_FILE, SHARD_BYTES, StoreError, _sha256, check_dtype, is_url,
+                                      move_aside, parse_index, shard_tensors, share_mode, tqdm_progress)
 
 # the separator the demo model saw between contexts: the app's and the experiments' CONTEXT_SUFFIX
 DEFAULT_SUFFIX = "\n\n"
@@ -123,12 +122,14 @@ class ShardEncoder:
         tmp = scratch / f"{name}.{os.getpid()}.tmp"
         save_file(tensors, str(tmp), metadata={"format": FORMAT, "fingerprint": fp, "dtype": self.dtype,
                                                "worker": self.worker})
+        share_mode(tmp)
         rec = {"file": name, "sha256": _sha256(tmp), "nbytes": tmp.stat().st_size, "ids": ids,
                "num_tokens": [len(t) for t in token_ids], "texts": [text_hash(t) for t in texts],
                "fingerprint": fp, "dtype": self.dtype, "worker": self.worker}
         _put(self.fs, tmp, f"{self.root}/{name}")
         side = scratch / f"{name}{SIDECAR}.{os.getpid()}.tmp"
         side.write_text(json.dumps(rec))
+        share_mode(side)
         _put(self.fs, side, f"{self.root}/{name}{SIDECAR}")  # last: a sidecar means the shard is whole
         return rec
 
@@ -138,7 +139,20 @@ def read_sidecars(fs, root: str) -> list[dict]:
     if not fs.exists(root):
         return []
     names = sorted(p for p in fs.ls(root, detail=False) if p.endswith(".safetensors" + SIDECAR))
-    return [json.loads(fs.cat_file(p)) for p in names]
+    records, torn = [], []
+    for p in names:
+        try:
+            rec = json.loads(fs.cat_file(p))
+            if not {"file", "sha256", "nbytes", "ids", "num_tokens", "texts", "fingerprint", "dtype"} <= set(rec):
+                raise ValueError
+            records.append(rec)
+        except ValueError:  # a damaged sidecar: its shard is encoded again
+            torn.append(p.rsplit("/", 1)[-1])
+    if torn:
+        _aside(fs, root, torn)
+        print(f"{len(torn)} unreadable sidecars ({', '.join(torn)}) moved to {root}/{DAMAGED}/; their shards' "
+              "contexts are encoded again", file=sys.stderr)
+    return records
 
 
 def _check_record(rec: dict, fingerprint: str, dtype: str, where: str) -> None:
@@ -156,30 +170,71 @@ def _sizes(fs, root: str) -> dict[str, int]:
     return {p["name"].rsplit("/", 1)[-1]: p["size"] for p in fs.ls(root, detail=True)} if fs.exists(root) else {}
 
 
-def _drop_bad_shards(meta: dict, sizes: dict[str, int], out: str) -> None:
-    """Unlink store.json's contexts from shards missing or cut short on disk (shard None): they
-    are encoded again and keep their place in the index."""
-    bad = {i for i, s in enumerate(meta["shards"]) if sizes.get(s["file"]) != s["nbytes"]}
-    for i in sorted(bad):
-        s = meta["shards"][i]
-        print(f"shard {s['file']} (worker {s.get('worker') or 'StateStore.add'}) is missing or truncated at {out}; "
-              f"its {len(s['ids'])} contexts are encoded again", file=sys.stderr)
-    for c in meta["contexts"]:
-        if c["shard"] in bad:
-            c["shard"] = None
+def _fs_sha256(fs, path: str) -> str:
+    h = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
-def plan(model, contexts: list[tuple[str, str]], out: str, dtype: str, suffix: str) -> tuple[dict | None, list, list]:
-    """What is already built at `out`: (store.json or None, complete shard records, contexts to encode)."""
+def _aside(fs, root: str, names: list[str]) -> None:
+    """Move damaged files into <root>/damaged/, where no index or sidecar scan looks."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        move_aside(Path(root), names)
+        return
+    for name in names:
+        if fs.exists(f"{root}/{name}"):
+            fs.mv(f"{root}/{name}", f"{root}/{DAMAGED}/{name}")
+
+
+def _damage(fs, root: str, meta: dict | None, sidecars: list[dict], sizes: dict[str, int],
+            verify: bool) -> dict[str, tuple[str, dict]]:
+    """file -> (what is wrong, its record) for every shard that store.json or a sidecar lists and
+    that is missing, cut short, or (verify) whose bytes do not hash to the sha256 written with it."""
+    listed: dict[str, dict] = {}
+    for rec in [*(meta["shards"] if meta else []), *sidecars]:
+        listed.setdefault(rec["file"], rec)
+    bad = {}
+    for file, rec in listed.items():
+        if file not in sizes:
+            bad[file] = ("missing", rec)
+        elif sizes[file] != rec["nbytes"]:
+            bad[file] = (f"truncated ({sizes[file]} bytes on disk, {rec['nbytes']} written)", rec)
+        elif verify and _fs_sha256(fs, f"{root}/{file}") != rec["sha256"]:
+            bad[file] = ("corrupt (its sha256 differs from the one written at build time)", rec)
+    return bad
+
+
+def _report_damage(bad: dict[str, tuple[str, dict]], out: str, moved: bool) -> None:
+    """One line on stderr for all the damage a build found and repairs."""
+    parts = [f"shard {file} (worker {rec.get('worker') or 'StateStore.add'}) is "
+             f"{'missing or truncated' if not why.startswith('corrupt') else why} at {out}; "
+             f"its {len(rec['ids'])} contexts are encoded again" for file, (why, rec) in bad.items()]
+    where = f"; the damaged files were moved to {out.rstrip('/')}/{DAMAGED}/" if moved else ""
+    print("; ".join(parts) + where, file=sys.stderr)
+
+
+def plan(model, contexts: list[tuple[str, str]], out: str, dtype: str, suffix: str, verify: bool = False,
+         rebuild_index: bool = False) -> tuple[dict | None, list, list]:
+    """What is already built at `out`: (store.json or None, complete shard records, contexts to encode).
+
+    Shards missing, cut short or (verify) whose sha256 differs are moved into <out>/damaged/ with
+    their sidecars and their contexts encoded again. rebuild_index: ignore store.json (moved into
+    damaged/ too) and take what is built from the shards' sidecars."""
     fs, root = _fs(out)
     fp = model.fingerprint()
     meta = None
-    if fs.exists(f"{root}/{META_FILE}"):
-        meta = json.loads(fs.cat_file(f"{root}/{META_FILE}"))
-        if meta.get("format") != FORMAT:
-            raise StoreError(f"{out}/{META_FILE} has format {meta.get('format')!r}, expected {FORMAT!r}; use another --out")
+    index = f"{root}/{META_FILE}"
+    if fs.exists(index) and rebuild_index:
+        _aside(fs, root, [META_FILE])
+    elif fs.exists(index):
+        meta = parse_index(fs.cat_file(index).decode(errors="replace"), f"{out}/{META_FILE}",
+                           "rebuild it from the shards' sidecars: rerun this build with --rebuild-index")
         if meta["model"]["fingerprint"] != fp:
-            raise StoreError(f"{out} holds the states of {meta['model']['name']} (fingerprint "
+            raise StoreError(f"{out} holds the states of {meta['model'].get('name')} (fingerprint "
                              f"{meta['model']['fingerprint'][:12]}), not of this model ({fp[:12]}); use another --out")
         if meta.get("dtype", "float32") != dtype:
             raise StoreError(f"{out} holds {meta.get('dtype', 'float32')} states; a store in one dtype cannot be "
@@ -187,18 +242,20 @@ def plan(model, contexts: list[tuple[str, str]], out: str, dtype: str, suffix: s
         if meta["suffix"] != suffix:
             raise StoreError(f"{out} was built with context suffix {meta['suffix']!r}, not {suffix!r}; use another --out")
     sizes = _sizes(fs, root)
-    if meta:
-        _drop_bad_shards(meta, sizes, out)
-    done = {c["id"]: text_hash(c["text"]) for c in meta["contexts"] if c["shard"] is not None} if meta else {}
-    meta_files = {sh["file"] for sh in meta["shards"]} if meta else set()
-    records = []
-    for rec in read_sidecars(fs, root):
+    sidecars = read_sidecars(fs, root)
+    for rec in sidecars:
         _check_record(rec, fp, dtype, out)
-        if sizes.get(rec["file"]) == rec["nbytes"]:
-            records.append(rec)
-        elif not set(rec["ids"]) <= set(done) and rec["file"] not in meta_files:  # (those are named above)
-            print(f"shard {rec['file']} (worker {rec['worker']}) is missing or truncated at {out}; "
-                  f"its {len(rec['ids'])} contexts are encoded again", file=sys.stderr)
+    bad = _damage(fs, root, meta, sidecars, sizes, verify)
+    if bad:
+        _aside(fs, root, [n for f in bad for n in (f, f + SIDECAR)])
+        _report_damage(bad, out, moved=True)
+    if meta:
+        gone = {i for i, s in enumerate(meta["shards"]) if s["file"] in bad}
+        for c in meta["contexts"]:
+            if c["shard"] in gone:
+                c["shard"] = None
+    done = {c["id"]: text_hash(c["text"]) for c in meta["contexts"] if c["shard"] is not None} if meta else {}
+    records = [rec for rec in sidecars if rec["file"] not in bad]
     for rec in records:
         done.update(zip(rec["ids"], rec["texts"]))
     texts = dict(contexts)
@@ -245,13 +302,18 @@ def write_index(model, contexts: list[tuple[str, str]], out: str, dtype: str, su
         e["shard"] = index[old_shard.get(cid) or holder[cid][0]["file"]]
     new_meta = {
         "format": FORMAT,
-        "model": {"fingerprint": model.fingerprint(), "name": str(getattr(model, "name_or_path", None) or "a model"),
-                  "config": model.config.to_dict()},
+        # the old record kept as it is: a rerun with nothing to encode then writes nothing
+        "model": meta["model"] if meta else {"fingerprint": model.fingerprint(), "config": model.config.to_dict(),
+                                             "name": str(getattr(model, "name_or_path", None) or "a model")},
         "state_shapes": {k: list(v) for k, v in model.config.state_shapes().items()},
         "suffix": suffix, "dtype": dtype, "shards": shards, "contexts": list(entries.values()),
     }
+    text = json.dumps(new_meta, indent=1)
+    if meta is not None and fs.exists(f"{root}/{META_FILE}") and fs.cat_file(f"{root}/{META_FILE}").decode() == text:
+        return new_meta  # nothing changed: a read-only store stays untouched
     tmp = _scratch(fs, root) / f"{META_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(new_meta, indent=1))
+    tmp.write_text(text)
+    share_mode(tmp)
     _put(fs, tmp, f"{root}/{META_FILE}")
     return new_meta
 
@@ -303,7 +365,7 @@ def _ray_engine(enc_kwargs: dict, todo: list[tuple[str, str]], shard_size: int, 
 def build_store(model, contexts: Sequence[tuple[str, str]], out: str | Path, *, engine: str = "local",
                 workers: int | None = None, dtype: str = "float32", address: str | None = None,
                 suffix: str = DEFAULT_SUFFIX, shard_size: int | None = None, batch_size: int = 16,
-                progress=True) -> dict:
+                progress=True, verify: bool | None = None, rebuild_index: bool = False) -> dict:
     """Encode the contexts `out` lacks and write its index; returns {"encoded", "skipped", "seconds",
     "contexts_per_s", "shards", "nbytes"}.
 
@@ -315,6 +377,9 @@ def build_store(model, contexts: Sequence[tuple[str, str]], out: str | Path, *, 
         engine: "local" (this process) or "ray" (Ray Data actors; `workers` of them).
         address: an existing Ray cluster ("auto", "ray://host:10001"); None starts a local one.
         shard_size: contexts per shard (= per Ray batch); default: as many as fit in SHARD_BYTES.
+        verify: hash every shard already there against its recorded sha256 (sizes are always
+            checked); default: on for a local folder, off for a URL (it would download every shard).
+        rebuild_index: ignore store.json (an unreadable one) and rebuild it from the shards' sidecars.
     """
     check_dtype(dtype)
     if engine not in ("local", "ray"):
@@ -328,7 +393,8 @@ def build_store(model, contexts: Sequence[tuple[str, str]], out: str | Path, *, 
         raise StoreError("context ids must be unique")
     fs, root = _fs(out)
     fs.makedirs(root, exist_ok=True)
-    meta, records, todo = plan(model, contexts, str(out), dtype, suffix)
+    verify = not is_url(out) if verify is None else verify
+    meta, records, todo = plan(model, contexts, str(out), dtype, suffix, verify, rebuild_index)
     shard_size = shard_size or max(1, SHARD_BYTES // model.config.state_nbytes())
     if progress is True:
         progress = tqdm_progress(f"encoding {len(todo)} contexts ({engine})")
@@ -352,51 +418,3 @@ def build_store(model, contexts: Sequence[tuple[str, str]], out: str | Path, *, 
     return {"encoded": len(todo), "skipped": len(contexts) - len(todo), "seconds": seconds,
             "contexts_per_s": len(todo) / seconds if todo and seconds > 0 else None,
             "shards": len(new["shards"]), "nbytes": sum(s["nbytes"] for s in new["shards"])}
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m picaso_core.store", description="Build a state store.")
-    sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="encode a corpus's contexts into a state store (resumable)",
-                       description=__doc__.split("\n\n")[0])
-    b.add_argument("--model", default="demo", help="'demo', a checkpoint folder, or a hub id")
-    b.add_argument("--corpus", default="demo", help="demo | wikitext | msmarco | a .jsonl file")
-    b.add_argument("--split", default="test")
-    b.add_argument("--out", required=True, help="the store's folder or fsspec URL (s3://, gs://, hf://, file://)")
-    b.add_argument("--engine", choices=("local", "ray"), default="local")
-    b.add_argument("--workers", type=int, default=None,
-                   help="Ray actors (default: the cluster's GPUs, else 2); each loads the model once")
-    b.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
-                   help="precision of the stored ssm and conv states (decays stay float32)")
-    b.add_argument("--address", default=None, help="an existing Ray cluster ('auto', 'ray://head:10001'); "
-                   "default: start a local Ray runtime")
-    b.add_argument("--max-contexts", type=int, default=None,
-                   help="only the contexts the app keeps with the same --max-contexts")
-    b.add_argument("--shard-size", type=int, default=None, help="contexts per shard (default: ~64 MiB of states)")
-    b.add_argument("--batch-size", type=int, default=16, help="contexts per forward pass")
-    b.add_argument("--device", default=None, help="the local engine's device (cpu, cuda)")
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> dict:
-    args = parse_args(argv)
-    from picaso_core.data import load_corpus
-    from picaso_core.engine.loading import load_model
-
-    try:
-        model = load_model(args.model, device=args.device)
-        model.name_or_path = args.model
-        corpus = load_corpus(args.corpus, args.split)
-        if args.max_contexts:
-            from picaso_core.data import limit_corpus  # the app's cut, so both see the same contexts
-
-            corpus = limit_corpus(corpus, args.max_contexts)
-        summary = build_store(model, list(corpus.database.items()), args.out, engine=args.engine,
-                              workers=args.workers, dtype=args.dtype, address=args.address,
-                              shard_size=args.shard_size, batch_size=args.batch_size)
-    except (StoreError, ValueError, FileNotFoundError) as e:
-        sys.exit(f"error: {e}")
-    rate = f", {summary['contexts_per_s']:.1f} contexts/s" if summary["contexts_per_s"] else ""
-    print(f"{args.out}: encoded {summary['encoded']} contexts in {summary['seconds']:.1f} s{rate}, "
-          f"{summary['skipped']} already there; {summary['shards']} shards, {summary['nbytes'] / 2**20:.1f} MiB")
-    return summary

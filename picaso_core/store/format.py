@@ -5,6 +5,7 @@ shard in its dtype, checksums. Shared by the store and by its multi-worker build
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Callable, Sequence
@@ -15,6 +16,7 @@ from picaso_core.engine.state import ContextState
 
 FORMAT = "picaso-state-store/1"
 META_FILE = "store.json"
+DAMAGED = "damaged"  # the sub-folder bad shards, sidecars and indexes are moved into, never read again
 SHARD_BYTES = 64 * 2**20  # shard size target: the first read of a shard hashes it whole (~0.1 s)
 CACHE_BYTES = 512 * 2**20  # default bound of the in-memory LRU cache
 
@@ -62,10 +64,63 @@ class CorruptShardError(StoreError):
         self.worker = worker
         by = f", written by worker {worker}" if worker else ""
         super().__init__(
-            f"state store {folder}: shard {shard}{by} is corrupt ({reason}). The other shards are "
-            "still usable; re-encode this shard's contexts from their stored text with "
-            "`StateStore.open(folder, model).repair()`, or rebuild the store."
+            f"state store {folder}: shard {shard}{by} is corrupt ({reason}); the other shards are "
+            f"still usable. Re-encode its contexts from their stored text with "
+            f"`python -m picaso_core.store repair {folder}` (or store.repair())"
         )
+
+
+def parse_index(text: str, where, fix: str) -> dict:
+    """store.json's contents, checked for the keys every reader uses; StoreError naming `fix` if
+    it is not JSON, not a store index, or of another format."""
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise StoreError(f"{where} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno}); {fix}") from None
+    ok = (isinstance(meta, dict) and isinstance(meta.get("model"), dict) and "fingerprint" in meta["model"]
+          and isinstance(meta.get("shards"), list) and isinstance(meta.get("contexts"), list) and "suffix" in meta)
+    if isinstance(meta, dict) and meta.get("format") not in (None, FORMAT):
+        raise StoreError(f"{where} has format {meta.get('format')!r}, expected {FORMAT!r}; rebuild the store")
+    if not ok:
+        raise StoreError(f"{where} is not a state store index (keys missing); {fix}")
+    return meta
+
+
+def file_mode() -> int:
+    """The mode a new file gets from open() under this process's umask (0o644 under umask 022)."""
+    try:  # Linux reports the umask without changing it (os.umask would, for every thread at once)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def share_mode(path) -> None:
+    """Give a finished file open()'s mode: the safetensors writer creates its files 0600, which
+    would keep a store built by one account from the account that serves it."""
+    os.chmod(path, file_mode())
+
+
+def move_aside(folder: Path, names) -> list[str]:
+    """Move the named files of a local store into <folder>/damaged/ (a later index never lists a
+    file there); returns the names moved. A name already there gets a numbered suffix."""
+    moved = []
+    dest = folder / DAMAGED
+    for name in names:
+        src = folder / name
+        if not src.exists():
+            continue
+        dest.mkdir(exist_ok=True)
+        target, n = dest / name, 1
+        while target.exists():
+            target, n = dest / f"{name}.{n}", n + 1
+        os.replace(src, target)
+        moved.append(name)
+    return moved
 
 
 def _sha256(path: Path) -> str:
@@ -87,6 +142,7 @@ def _shard_header(path) -> dict:
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
+    share_mode(tmp)
     os.replace(tmp, path)
 
 

@@ -51,10 +51,27 @@ from typing import Iterable, Sequence
 
 from picaso_core.engine.state import ContextState
 from picaso_core.store.format import (  # noqa: F401  (the store's public names in one module)
-    CACHE_BYTES, DTYPES, FORMAT, META_FILE, REMOTE_CACHE, SHARD_BYTES, CorruptShardError, Progress, StoreError,
-    _atomic_write_text, _describe_config, _model_name, _sha256, _shard_header, check_dtype, is_url, shard_tensors,
-    tqdm_progress)
+    CACHE_BYTES, DAMAGED, DTYPES, FORMAT, META_FILE, REMOTE_CACHE, SHARD_BYTES, CorruptShardError, Progress,
+    StoreError, _atomic_write_text, _describe_config, _model_name, _sha256, _shard_header, check_dtype, file_mode,
+    is_url, move_aside, parse_index, shard_tensors, tqdm_progress)
 from picaso_core.store.writer import StoreWriter, _Shard
+
+
+def missing_index(folder: Path | None, where, build_cmd: str) -> str:
+    """The message for a store location without store.json: nothing built yet, or a build stopped
+    before its final index step (its shards and sidecars are there: a rerun encodes only the rest)."""
+    shards = sorted(folder.glob("shard-*.safetensors")) if folder is not None and folder.is_dir() else []
+    if shards:
+        return (f"{where} holds {len(shards)} shards but no {META_FILE}: its build stopped before writing the index; "
+                f"finish it with `{build_cmd}` (it encodes only what is missing)")
+    return (f"no state store at {where} ({META_FILE} missing); build one with `{build_cmd}` "
+            "(or StateStore.build(model, contexts, folder))")
+
+
+def writable(folder: Path) -> bool:
+    """Whether this process can add shards to the local store in `folder` and rewrite its index."""
+    meta = folder / META_FILE
+    return os.access(folder, os.W_OK) and (not meta.exists() or os.access(meta, os.W_OK))
 
 
 class StateStore(StoreWriter):
@@ -84,6 +101,8 @@ class StateStore(StoreWriter):
         # Writers (add, ensure, repair) run one at a time; readers only wait for the short
         # bookkeeping under _lock, never for another request's encoding.
         self._write_lock = threading.RLock()
+        # a shared disk or a mounted bucket: the states it holds are served, nothing is written
+        self._read_only = remote is not None or not writable(folder)
         for i, sh in enumerate(self._shards):
             if remote is None:  # remote shards are checked when fetched
                 self._check_size(i, sh)
@@ -151,13 +170,15 @@ class StateStore(StoreWriter):
 
     @classmethod
     def open(cls, folder: str | Path, model, *, cache_bytes: int = CACHE_BYTES, verify: bool = True,
-             cache_dir: str | Path | None = None) -> "StateStore":
+             cache_dir: str | Path | None = None, build_cmd: str | None = None) -> "StateStore":
         """Open the store in `folder` (a local folder or an fsspec URL) for `model`; refuses states
         built by any other model.
 
         Nothing but store.json is read here; states load lazily. With verify=True each shard's
         sha256 is checked the first time it is read. A URL's shards are fetched into
         <cache_dir>/<hash of the URL> (default cache_dir: REMOTE_CACHE) the first time they are read.
+        build_cmd: the command that builds this store (its --model, --corpus, --out), named by the
+        errors for a missing or unreadable store.json.
         """
         remote = None
         if is_url(folder):
@@ -176,17 +197,11 @@ class StateStore(StoreWriter):
             exists = path.exists()
             read = path.read_text
         where = remote[2] if remote else folder
+        build_cmd = build_cmd or (f"python -m picaso_core.store build --model {getattr(model, 'name_or_path', None) or 'MODEL'} "
+                                  f"--corpus CORPUS --out {where}")
         if not exists:
-            raise StoreError(
-                f"no state store at {where} ({META_FILE} missing); build one with "
-                "`python -m picaso_core.store build --out ...` or StateStore.build(model, contexts, folder)"
-            )
-        try:
-            meta = json.loads(read())
-        except json.JSONDecodeError as e:
-            raise StoreError(f"{path} is not valid JSON ({e}); rebuild the store with StateStore.build(..., overwrite=True)") from e
-        if meta.get("format") != FORMAT:
-            raise StoreError(f"{path} has format {meta.get('format')!r}, expected {FORMAT!r}; rebuild the store")
+            raise StoreError(missing_index(folder if remote is None else None, where, build_cmd))
+        meta = parse_index(read(), path, f"rebuild it from the shards with `{build_cmd} --rebuild-index`")
         fp = model.fingerprint()
         built = meta["model"]
         if built["fingerprint"] != fp:
@@ -198,6 +213,12 @@ class StateStore(StoreWriter):
                 f"StateStore.build(model, contexts, '{folder}', overwrite=True), or use another folder."
             )
         return cls(folder, model, meta, cache_bytes=cache_bytes, verify=verify, remote=remote)
+
+    @property
+    def read_only(self) -> bool:
+        """True for a store this process cannot write: opened from a URL, or a local folder without
+        write permission (a read-only mount, another account's files)."""
+        return self._read_only
 
     @property
     def remote(self) -> bool:

@@ -9,6 +9,7 @@ file and a rename, so an interrupted write leaves the previous store intact.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import dataclass
@@ -16,7 +17,10 @@ from typing import Iterable
 
 from picaso_core.engine.state import ContextState
 from picaso_core.store.format import (FORMAT, META_FILE, SHARD_BYTES, Progress, StoreError, _atomic_write_text, _sha256,
-                                      check_dtype, shard_tensors, tqdm_progress)
+                                      check_dtype, move_aside, shard_tensors, share_mode, tqdm_progress)
+
+# what a write into a read-only mount, or into another account's folder, fails with
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 @dataclass
@@ -72,7 +76,15 @@ class StoreWriter:
                     "Give the new text a new id, or rebuild the store"
                 )
             new = [(cid, text) for cid, text in items if cid not in self._contexts]
-            return self._add(new, None, batch_size, progress)
+            if new and self._read_only and self._remote is None:
+                raise StoreError(f"this store does not hold context {new[0][0]!r}; the store is read-only")
+            try:
+                return self._add(new, None, batch_size, progress)
+            except OSError as e:
+                if e.errno not in READ_ONLY_ERRNOS:
+                    raise
+                self._read_only = True  # found on the first write: later requests are refused at once
+                raise StoreError(f"this store does not hold context {new[0][0]!r}; the store is read-only") from None
 
     def _add(self, items: list[tuple[str, str]], shard_size: int | None, batch_size: int,
              progress: Progress | bool) -> list[str]:
@@ -125,6 +137,7 @@ class StoreWriter:
         path = self.folder / name
         tmp = path.with_name(name + ".tmp")
         save_file(tensors, str(tmp), metadata={"format": FORMAT, "fingerprint": self.fingerprint, "dtype": self.dtype})
+        share_mode(tmp)
         os.replace(tmp, path)
         shard = _Shard(file=name, sha256=_sha256(path), nbytes=path.stat().st_size, ids=list(cids))
         with self._lock:
@@ -140,6 +153,9 @@ class StoreWriter:
         if self._remote is not None:
             raise StoreError(f"the store at {self.url} is read-only here (opened from a URL); add contexts with "
                              f"`python -m picaso_core.store build --out {self.url} ...`, or open a local copy")
+        if self._read_only:
+            raise StoreError(f"the store at {self.url} is read-only (no write permission on its folder or "
+                             f"{META_FILE}); write it as its owner, or copy it to a writable folder")
 
     def _save_meta(self) -> None:
         self._meta["shards"] = [vars(s) for s in self._shards]
@@ -147,7 +163,10 @@ class StoreWriter:
         _atomic_write_text(self.folder / META_FILE, json.dumps(self._meta, indent=1))
 
     def repair(self, progress: Progress | bool = True) -> list[str]:
-        """Re-encode the contexts of every bad shard from their stored text; returns the files fixed."""
+        """Re-encode the contexts of every bad shard from their stored text; returns the files fixed.
+
+        The bad files (and a build's sidecars of them) are moved into <folder>/damaged/ first, so no
+        later index, nor a rebuild of it from the sidecars, picks them up again."""
         with self._write_lock:
             return self._repair(progress)
 
@@ -156,6 +175,7 @@ class StoreWriter:
         if bad:
             self._check_writable()
         for file in bad:
+            move_aside(self.folder, [file, file + ".json"])
             si = next(i for i, s in enumerate(self._shards) if s.file == file)
             cids = self._shards[si].ids
             bar = tqdm_progress(f"re-encoding {file}") if progress is True else progress
