@@ -1,0 +1,266 @@
+"""Talk mode: a guided tour through the PICASO story, every step shown at once from precomputed results.
+
+    python -m picaso_core.ui.tour build [--model demo --corpus demo --cache-dir D]   # precompute every step
+    python -m picaso_core.ui.tour export DIR [--app-url URL] [--cache-dir D]          # the tour as a static site
+
+The steps are data (picaso_core.ui.tour_steps.STEPS); each one's view is computed by the tab's own
+handlers (picaso_core.ui.tour_runs) and kept in <cache-dir>/tour/<corpus>-<model fingerprint>.json,
+keyed by the model's and the corpus's fingerprints and by the step's own definition: a cache made
+for another model, corpus or step definition is stale, rebuilt and never shown. The app starts a
+build in the background when its cache is missing or stale (a new corpus or model), and a step
+not ready yet says so (its "Run it live" button computes it there and then).
+
+`tour_step(res, step)` is the app's /tour_step endpoint: plain data (title, tab, inputs, text,
+cached, seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import plotly.io as pio
+
+from picaso_core.ui.resources import DEFAULT_CACHE, Resources
+from picaso_core.ui.tour_runs import RUNNERS, View
+from picaso_core.ui.tour_steps import STEPS, Step
+
+CACHE_VERSION = "tour/1"
+ENDPOINT = "/tour_step"
+__all__ = ["STEPS", "Step", "View", "build", "cache_file", "export_static", "load_cache", "show", "tour_step"]
+
+
+# ---- fingerprints and the cache file ----------------------------------------------------------
+def corpus_fingerprint(corpus) -> str:
+    """sha256 of what the tour reads from a corpus: its name, split, every context and every sample."""
+    h = hashlib.sha256(f"{corpus.name}\0{corpus.split}\0".encode())
+    for cid, text in corpus.database.items():
+        h.update(f"{cid}\0{text}\0".encode())
+    for s in corpus.samples:
+        h.update(f"{s.sample_id}\0{s.query}\0{s.continuation}\0".encode())
+    return h.hexdigest()[:16]
+
+
+_corpus_fp: dict[int, str] = {}
+
+
+def cache_key(res: Resources) -> dict:
+    if id(res.corpus) not in _corpus_fp:
+        _corpus_fp[id(res.corpus)] = corpus_fingerprint(res.corpus)
+    return {"version": CACHE_VERSION, "model": res.model.fingerprint(), "corpus": _corpus_fp[id(res.corpus)]}
+
+
+def step_key(step: Step) -> str:
+    """A step's own definition: a changed title, tab, runner or input rebuilds that step."""
+    return hashlib.sha256(json.dumps([step.title, step.tab, step.run, step.inputs], sort_keys=True).encode()).hexdigest()[:12]
+
+
+def cache_file(res: Resources, cache_dir: str | Path | None = None) -> Path:
+    key = cache_key(res)
+    return Path(cache_dir or res.cache_dir) / "tour" / f"{key['corpus']}-{key['model']}.json"
+
+
+def load_cache(res: Resources, cache_dir: str | Path | None = None) -> dict[int, dict]:
+    """The cached views of this model and corpus, by 1-based step number; only entries whose key
+    matches (model, corpus, version, step definition): a stale file or entry is never served."""
+    try:
+        data = json.loads(cache_file(res, cache_dir).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("key") != cache_key(res):
+        return {}
+    out = {}
+    for n, step in enumerate(STEPS, 1):
+        entry = data.get("steps", {}).get(str(n))
+        if isinstance(entry, dict) and entry.get("step_key") == step_key(step):
+            out[n] = entry
+    return out
+
+
+def _save(res: Resources, cache_dir, entries: dict[int, dict]) -> None:
+    path = cache_file(res, cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps({"key": cache_key(res), "steps": {str(n): e for n, e in sorted(entries.items())}}))
+    tmp.replace(path)
+
+
+# ---- views as plain data ----------------------------------------------------------------------
+def view_entry(step: Step, view: View, seconds: float) -> dict:
+    return {"step_key": step_key(step), "text": view.text, "seconds": round(seconds, 3),
+            "figures": [json.loads(pio.to_json(f, validate=False)) for f in view.figures],
+            "tables": [{"title": t, **json.loads(df.to_json(orient="split", index=False, date_format="iso"))}
+                       for t, df in view.tables]}
+
+
+def entry_view(entry: dict) -> View:
+    figs = [pio.from_json(json.dumps(f), skip_invalid=True) for f in entry["figures"]]
+    tables = [(t["title"], pd.DataFrame(t["data"], columns=t["columns"])) for t in entry["tables"]]
+    return View(entry["text"], figs, tables)
+
+
+def compute(res: Resources, n: int, memo: dict | None = None) -> dict:
+    """Step n's view, computed now (no cache), as a cache entry."""
+    step = step_at(n)
+    t = time.perf_counter()
+    view = RUNNERS[step.run](res, memo, **step.inputs)
+    return view_entry(step, view, time.perf_counter() - t)
+
+
+def step_at(n) -> Step:
+    if isinstance(n, bool) or not isinstance(n, (int, float, str)):
+        raise ValueError(f"step must be a whole number from 1 to {len(STEPS)}, got {type(n).__name__}")
+    try:
+        i = int(str(n).strip())
+    except ValueError:
+        raise ValueError(f"step must be a whole number from 1 to {len(STEPS)}, got {str(n)[:20]!r}") from None
+    if not 1 <= i <= len(STEPS):
+        raise ValueError(f"step must be from 1 to {len(STEPS)}, got {i}")
+    return STEPS[i - 1]
+
+
+# ---- building -----------------------------------------------------------------------------------
+_building: dict[str, dict] = {}  # cache file -> {"done": n, "total": N, "thread": Thread, "error": str}
+_lock = threading.Lock()
+
+
+def build(res: Resources, cache_dir: str | Path | None = None, steps: list[int] | None = None, force: bool = False,
+          log=print) -> dict[int, dict]:
+    """Compute the views of `steps` (default: all) the cache lacks (every one with `force`) and store
+    them; returns the cache's entries. Steps that share a run (the same Compose inputs) run it once."""
+    entries = {} if force else load_cache(res, cache_dir)
+    todo = [n for n in (steps or range(1, len(STEPS) + 1)) if n not in entries]
+    memo: dict = {}
+    status = _building.setdefault(str(cache_file(res, cache_dir)), {})
+    status.update(done=len(STEPS) - len(todo), total=len(STEPS), error=None)
+    for n in todo:
+        step_at(n)
+        entries[n] = compute(res, n, memo)
+        _save(res, cache_dir, entries)
+        status["done"] = status.get("done", 0) + 1
+        log(f"tour step {n}/{len(STEPS)} {STEPS[n - 1].title}: {entries[n]['seconds']:.1f} s")
+    return entries
+
+
+def ensure_built(res: Resources, cache_dir: str | Path | None = None) -> threading.Thread | None:
+    """Start building the missing or stale steps in a background thread (once per cache file);
+    returns the thread, or None when every step is cached."""
+    if len(load_cache(res, cache_dir)) == len(STEPS):
+        return None
+    key = str(cache_file(res, cache_dir))
+    with _lock:
+        status = _building.setdefault(key, {})
+        thread = status.get("thread")
+        if thread is not None and thread.is_alive():
+            return thread
+
+        def run():
+            try:
+                build(res, cache_dir, log=lambda s: None)
+            except Exception as e:  # noqa: BLE001  (a failed step leaves the others cached; the bar says why)
+                status["error"] = f"{type(e).__name__}: {e}"
+
+        status["thread"] = thread = threading.Thread(target=run, name="tour-build", daemon=True)
+        thread.start()
+        return thread
+
+
+def building_note(res: Resources, cache_dir: str | Path | None = None) -> str:
+    status = _building.get(str(cache_file(res, cache_dir)), {})
+    if status.get("error"):
+        return f"Precomputing the tour failed ({status['error']}); press **Run it live** to compute this step now."
+    done = status.get("done")
+    progress = f" ({done} of {status['total']} steps ready)" if done is not None else ""
+    return (f"The tour's results for this model and corpus are being precomputed in the background{progress}: "
+            "this step shows here when ready, or press **Run it live** to compute it now.")
+
+
+# ---- serving a step -----------------------------------------------------------------------------
+def show(res: Resources, n, live: bool = False, cache_dir: str | Path | None = None) -> tuple[Step, View, dict]:
+    """Step n's view: from the cache (never a stale one), or computed now when `live`. Returns
+    (step, view, meta) with meta = {"cached", "seconds" (this call), "compute_seconds", "ready"}."""
+    t = time.perf_counter()
+    step = step_at(n)
+    n = STEPS.index(step) + 1
+    entry = None if live else load_cache(res, cache_dir).get(n)
+    cached = entry is not None
+    if live:
+        entry = compute(res, n)
+    if entry is None:
+        return step, View(building_note(res, cache_dir)), {"cached": False, "ready": False, "compute_seconds": None,
+                                                            "seconds": round(time.perf_counter() - t, 3)}
+    view = entry_view(entry)
+    return step, view, {"cached": cached, "ready": True, "compute_seconds": entry["seconds"],
+                        "seconds": round(time.perf_counter() - t, 3)}
+
+
+def tour_step(res: Resources, step) -> dict:
+    """The /tour_step endpoint: step (1-based) as plain data: title, tab, inputs, text, cached (True
+    when served from the cache), seconds (this call), plus its tables as records."""
+    try:
+        s, view, meta = show(res, step)
+    except ValueError as e:
+        from picaso_core.ui.errors import bad_input
+
+        raise bad_input(str(e), ENDPOINT) from None
+    return {"step": STEPS.index(s) + 1, "steps": len(STEPS), "title": s.title, "tab": s.tab, "inputs": dict(s.inputs),
+            "text": view.text, "cached": meta["cached"], "seconds": meta["seconds"],
+            "tables": [{"title": t, "records": json.loads(df.to_json(orient="records"))} for t, df in view.tables]}
+
+
+# ---- the static site ----------------------------------------------------------------------------
+def export_static(out_dir: str | Path, app_url: str | None = None, cache_dir: str | Path | None = None,
+                  model: str = "demo", corpus: str = "demo", res: Resources | None = None) -> Path:
+    """Write the tour as a static site in `out_dir` (index.html + plotly.min.js) that opens with no
+    Python and no network; each step links to the live app's view of it when `app_url` is given.
+    Uses the cache (building what it lacks). Returns the index.html path."""
+    from picaso_core.ui.tour_static import write_site
+
+    res = res or _load(model, corpus, cache_dir)
+    entries = build(res, cache_dir, log=lambda s: print(s, file=sys.stderr))
+    return write_site(out_dir, [(s, entries[n]) for n, s in enumerate(STEPS, 1)], app_url)
+
+
+def _load(model: str, corpus: str, cache_dir) -> Resources:
+    from picaso_core.ui.resources import load_resources
+
+    return load_resources(model, corpus, cache_dir=cache_dir or DEFAULT_CACHE, log=lambda s: print(s, file=sys.stderr))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m picaso_core.ui.tour", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, what in (("build", "precompute every step's results into the cache folder"),
+                       ("export", "write the tour as a static site (no Python, no network needed to open it)")):
+        q = sub.add_parser(name, help=what, description=what)
+        if name == "export":
+            q.add_argument("dir", help="output folder (index.html and plotly.min.js)")
+            q.add_argument("--app-url", default=None, help="the live app's address: each step links to its view there")
+        q.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="the app's cache folder (app.py --cache-dir)")
+        q.add_argument("--model", default="demo", help="as app.py --model")
+        q.add_argument("--corpus", default="demo", help="as app.py --corpus")
+        if name == "build":
+            q.add_argument("--force", action="store_true", help="recompute every step, even those cached")
+    args = p.parse_args(argv)
+    if args.command == "export" and args.app_url and not args.app_url.startswith(("http://", "https://")):
+        p.error(f"--app-url must start with http:// or https://, got {args.app_url!r}")
+    t = time.perf_counter()
+    res = _load(args.model, args.corpus, args.cache_dir)
+    if args.command == "build":
+        build(res, args.cache_dir, force=args.force)
+        path = cache_file(res, args.cache_dir)
+        print(f"tour: {len(STEPS)} steps cached in {path} ({path.stat().st_size / 1024:.0f} KiB) "
+              f"in {time.perf_counter() - t:.1f} s")
+    else:
+        index = export_static(args.dir, args.app_url, args.cache_dir, res=res)
+        print(f"tour: {len(STEPS)} steps written to {index}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""What each tour step computes: a runner per step kind, a plain function of the app's Resources and
+the step's inputs, calling the tab's own handlers and returning a `View`: figures, tables and a
+sentence or two read off the numbers on screen (as the tabs' findings are).
+
+Runners hold no state; `memo` (a dict the tour's build passes) lets steps that share a run (the
+same Compose inputs) compute it once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from picaso_core.ui.resources import Resources
+
+
+@dataclass
+class View:
+    """What a step shows: markdown text, figures, and (title, table) pairs."""
+
+    text: str
+    figures: list[go.Figure] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+
+
+def _memo(memo: dict | None, key, fn):
+    if memo is None:
+        return fn()
+    if key not in memo:
+        memo[key] = fn()
+    return memo[key]
+
+
+# ---- Compose & compare ------------------------------------------------------------------------
+def _compose(res: Resources, memo, example, k=5, most_relevant_last=True, max_new_tokens=24, model="base", **_):
+    from picaso_core.ui import compose_tab as C
+
+    def run():
+        r = res
+        if model == "bptc":
+            from picaso_core.ui.finetune_tab import tuned_resources
+
+            r = tuned_resources(res)
+        query, continuation = C.pick_example(res, example)
+        ctxs, results, scored = C.run_compose(r, query, continuation, k, None, most_relevant_last, max_new_tokens, example)
+        return ctxs, {x.method: x for x in results}, results, scored
+
+    return _memo(memo, ("compose", example, k, most_relevant_last, max_new_tokens, model), run)
+
+
+def compose_none_vs_concat(res: Resources, memo=None, **inputs) -> View:
+    from picaso_core.ui import compose_tab as C
+
+    ctxs, by, results, scored = _compose(res, memo, **inputs)
+    none, concat = by["none"], by["concat"]
+    tok = res.model.tokenizer
+    gen = pd.DataFrame([{"Method": C.LABEL[m], "Loss": round(by[m].loss, 3),
+                         "Generated": tok.display_text(by[m].generation or [])} for m in ("none", "concat")])
+    text = (f"**Look at** the loss of the expected answer: **{none.loss:.3f}** nats per token from the question alone, "
+            f"**{concat.loss:.3f}** when the model first reads the {len(ctxs)} retrieved contexts "
+            f"({sum(c.num_tokens for c in ctxs)} tokens, Concat). The contexts hold what the answer needs; "
+            "the rest of the tour asks how to get there without reading them again.")
+    return View(text, [C.results_plot(results, scored)], [("No context vs Concat", gen)])
+
+
+def compose_methods(res: Resources, memo=None, **inputs) -> View:
+    from picaso_core.ui import compose_tab as C
+
+    ctxs, by, results, scored = _compose(res, memo, **inputs)
+    state = [m for m in ("soup", "caso", "picaso_s", "picaso_r") if m in by]
+    best = min(state, key=lambda m: by[m].loss)
+    text = (f"**Look at** the state methods against Concat ({by['concat'].loss:.3f}): the plain mean of states "
+            f"(Soup) scores {by['soup'].loss:.3f}, the best composition of stored states is "
+            f"**{C.LABEL[best]} at {by[best].loss:.3f}**, and PICConcat-R, which re-reads every rotation, "
+            f"{by['picconcat_r'].loss:.3f}.")
+    return View(text, [C.results_plot(results, scored)], [("Per method", C.results_table(results))])
+
+
+def compose_order(res: Resources, memo=None, **inputs) -> View:
+    from picaso_core.ui import compose_tab as C
+
+    flipped = not inputs.get("most_relevant_last", True)
+    _, a, _, _ = _compose(res, memo, **{**inputs, "most_relevant_last": not flipped})
+    _, b, _, _ = _compose(res, memo, **{**inputs, "most_relevant_last": flipped})
+    rows = [{"Method": C.LABEL[m], "Most relevant last": round(a[m].loss, 4), "Most relevant first": round(b[m].loss, 4),
+             "Change": round(b[m].loss - a[m].loss, 4)} for m in a if m != "none"]
+    table = pd.DataFrame(rows)
+    fig = go.Figure([go.Bar(name=col, x=table["Method"], y=table[col]) for col in ("Most relevant last",
+                                                                                   "Most relevant first")])
+    fig.update_layout(barmode="group", height=380, template="plotly_white", margin=dict(l=40, r=20, t=60, b=40),
+                      title="Continuation loss in two orders of the same contexts",
+                      legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
+    d = {m: abs(b[m].loss - a[m].loss) for m in a}
+    text = (f"**Look at** the change column: the same contexts in the reverse order move CASO's loss by "
+            f"**{d['caso']:.4f}** and Concat's by {d['concat']:.4f}, PICASO-R's by **{d['picaso_r']:.4f}** and "
+            f"PICASO-S's by {d['picaso_s']:.4f}: the PICASO states are the same for every order up to rotation "
+            "(exactly the same for PICASO-S), so their loss stays.")
+    return View(text, [fig], [("Loss in both orders", table)])
+
+
+def compose_time(res: Resources, memo=None, **inputs) -> View:
+    from picaso_core.ui import compose_tab as C
+
+    ctxs, by, results, scored = _compose(res, memo, **inputs)
+    fast = min(("soup", "caso", "picaso_s", "picaso_r"), key=lambda m: by[m].compose_s)
+    text = (f"**Look at** the right panel (log scale): reading the {sum(c.num_tokens for c in ctxs)} tokens of "
+            f"{len(ctxs)} contexts (Concat) takes **{by['concat'].compose_s * 1e3:.1f} ms**; composing their stored "
+            f"states takes {by['picaso_r'].compose_s * 1e3:.2f} ms with PICASO-R and "
+            f"{by[fast].compose_s * 1e3:.2f} ms with {C.LABEL[fast]}, "
+            f"**{by['concat'].compose_s / max(by['picaso_r'].compose_s, 1e-9):.0f}x** less than Concat for PICASO-R.")
+    return View(text, [C.results_plot(results, scored)], [("Per method", C.results_table(results))])
+
+
+def compose_finetuned(res: Resources, memo=None, **inputs) -> View:
+    from picaso_core.ui import compose_tab as C
+    from picaso_core.ui.finetune_tab import SHIPPED_DIR
+
+    if res.model_name != "demo" or not (SHIPPED_DIR / "config.json").is_file():
+        return View("The bundled fine-tuned model goes with the demo model only: this step needs `--model demo`.")
+    _, base, _, _ = _compose(res, memo, **{**inputs, "model": "base"})
+    _, tuned, results, scored = _compose(res, memo, **{**inputs, "model": "bptc"})
+    rows = [{"Method": C.LABEL[m], "Base": round(base[m].loss, 3), "Fine-tuned (BPTC)": round(tuned[m].loss, 3)}
+            for m in base]
+    table = pd.DataFrame(rows)
+    fig = go.Figure([go.Bar(name=col, x=table["Method"], y=table[col]) for col in ("Base", "Fine-tuned (BPTC)")])
+    fig.update_layout(barmode="group", height=380, template="plotly_white", margin=dict(l=40, r=20, t=60, b=40),
+                      title="Continuation loss, base vs fine-tuned to compose",
+                      legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
+    gap = lambda r: r["picaso_r"].loss - r["concat"].loss  # noqa: E731
+    text = (f"**Look at** PICASO-R against Concat: the base model's gap is **{gap(base):+.3f}** nats, the model "
+            f"fine-tuned to compose states (BPTC, Fine-tuning tab) has **{gap(tuned):+.3f}** "
+            f"(PICASO-R {base['picaso_r'].loss:.3f} → {tuned['picaso_r'].loss:.3f}).")
+    return View(text, [fig], [("Loss per method, base vs fine-tuned", table)])
+
+
+# ---- other tabs -------------------------------------------------------------------------------
+def soup_map(res: Resources, memo=None, layer=2, part="ssm", method="pca", dim=2, **_) -> View:
+    from picaso_core.ui.soup_handlers import soup_map as run
+
+    fig, quality, summary, *_ = run(res, layer, part, method, dim)
+    return View("**Look at** the clusters: one colour per skill. " + summary, [fig, quality])
+
+
+def soup_two_task(res: Resources, memo=None, w=0.5, **_) -> View:
+    from picaso_core.ui.soup_handlers import two_task
+
+    fig, summary, table, *_ = two_task(res, w=w)
+    return View(summary, [fig], [("Generations at every w", table)])
+
+
+def landscape(res: Resources, memo=None, sample="average", steps=21, pair="u2-u3", view="contour", **_) -> View:
+    from picaso_core.ui.landscape_tab import landscape as run
+
+    summary, soup, caso, line, prop4, *_ = run(res, sample, steps, pair, view)
+    return View(summary, [soup, caso], [("Distances and losses (prop. 4)", prop4)])
+
+
+def attribution(res: Resources, memo=None, example=None, k=5, **_) -> View:
+    from picaso_core.ui.attribution_tab import attribute, pick_example
+
+    query, answer, picked = pick_example(res, example)
+    _, summary, bars, *_ = attribute(res, query, answer, k, picked or None, None, example)
+    return View(summary, [bars])
+
+
+def primer(res: Resources, memo=None, magnitude=0.9, phase=20, selectivity=1.0, **_) -> View:
+    from picaso_core.ui.primer_tab import lti, selective
+
+    kernel, eigen, md, *_ = lti(magnitude, phase)
+    sel, d = selective(selectivity)
+    return View(md + " **Below**, a static Δ forgets at one rate, a selective Δ decides per input what to keep.",
+                [eigen, sel])
+
+
+def coffee(res: Resources, memo=None, task="ih", steps=300, seconds=6, **_) -> View:
+    from picaso_core.ui.coffee_tab import train_live
+
+    *_, last = train_live(task=task, steps=steps, seconds=seconds)
+    loss, acc, status, table, *_ = last
+    return View(status, [acc], [("This run vs the paper", table)])
+
+
+RUNNERS = {f.__name__: f for f in (compose_none_vs_concat, compose_methods, compose_order, compose_time,
+                                   compose_finetuned, soup_map, soup_two_task, landscape, attribution, primer, coffee)}
