@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "picaso_core"
 
 TIER = {"assets": 0, "engine": 1, "compose": 2, "data": 2, "store": 3, "retrieval": 3,
-        "analysis": 4, "finetune": 4, "lab": 4, "plots": 4, "ui": 5}
+        "analysis": 4, "finetune": 4, "lab": 4, "plots": 4, "ui": 5, "space": 6}
 
 
 def modules(pkg: Path = PKG) -> dict[str, tuple[Path, bool]]:
