@@ -25,7 +25,9 @@ import gradio as gr
 from picaso_core.engine.loading import check_device
 from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose_tab, finetune_tab, landscape_tab,
                             primer_tab, soup_tab)
+from picaso_core.ui import tour, tour_ui
 from picaso_core.ui.layout import CSS, JS, THEME, header
+from picaso_core.ui.tour_links import tab_key
 from picaso_core.ui.resources import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources,
                                       load_resources)
 
@@ -35,10 +37,15 @@ TABS = (compose_tab, soup_tab, landscape_tab, attribution_tab, benchmarks_tab, f
 def build_app(res: Resources) -> gr.Blocks:
     with gr.Blocks(title="PICASO Explorer") as demo:
         header(res)
-        with gr.Tabs():
+        talk = tour_ui.render_controls(res)  # Start the tour, Copy link, Large text; the tour bar
+        blocks = {}
+        with gr.Tabs() as tabs:
             for tab in TABS:
-                with gr.Tab(tab.TITLE):
+                key = tab_key(tab.TITLE)
+                with gr.Tab(tab.TITLE, id=key) as blocks[key]:
                     tab.render(res)
+                    tour_ui.render_exports(res, key, blocks[key])
+        tour_ui.wire(demo, res, talk, tabs, blocks)
     return demo
 
 
@@ -90,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
                          args.device, encode_all=args.encode_all, database=args.database, store=args.store,
                          dtype=args.dtype)
     demo = build_app(res)
+    tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     # Each event sets its own concurrency_limit (Compose: 2, see compose_tab.CONCURRENCY);

@@ -3,7 +3,10 @@ page follows the light / dark setting)."""
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
+import plotly.io as pio
 
 from picaso_core.ui.resources import Resources
 
@@ -35,6 +38,17 @@ CSS = """
 /* A rejected input is said once, in its toast: the outputs keep the last run's values, with no red
    "Error" badge and no translucent cover over each (gradio's status tracker in its error state). */
 [data-testid="status-tracker"]:has(> .error) {display:none !important}
+/* talk mode: the tour bar, the header's row, large text for a projector, a plot in full screen */
+.px-talk {align-items:center; gap:8px}
+.px-tour {border:2px solid var(--color-accent); border-radius:10px; padding:8px 12px !important;
+  background:var(--block-background-fill)}
+#tour-text {font-size:1.05em}
+body.px-large .gradio-container {--text-xxs:12px; --text-xs:14px; --text-sm:16px; --text-md:19px; --text-lg:22px;
+  --text-xl:27px; --text-xxl:32px; --block-label-text-size:16px; --block-info-text-size:16px;
+  --block-title-text-size:19px; --input-text-size:19px; --button-small-text-size:17px;
+  --button-large-text-size:20px; --prose-text-size:19px; --section-header-text-size:19px}
+body.px-large .gradio-container .prose {font-size:19px}
+.block:fullscreen {background:var(--body-background-fill); overflow:auto; padding:12px}
 """
 
 # Run on page load (launch(js=...)): a new run closes the toasts of the last one, so an error toast
@@ -51,8 +65,86 @@ JS = """
   document.addEventListener('change', (e) => {
     if (e.target.matches && e.target.matches('input[type=range], input[type=radio]')) closeToasts(e);
   }, true);
+  // The tour: the arrow keys press Previous / Next while the tour bar shows and no input has focus.
+  document.addEventListener('keydown', (e) => {
+    if ((e.key !== 'ArrowRight' && e.key !== 'ArrowLeft') || e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    const t = e.target;
+    if (t.closest && t.closest('input, textarea, select, [contenteditable=true], [role=slider], [role=listbox]')) return;
+    const bar = document.getElementById('tour-bar');
+    if (!bar || bar.offsetParent === null) return;
+    const b = document.getElementById(e.key === 'ArrowRight' ? 'tour-next' : 'tour-prev');
+    if (b) { e.preventDefault(); b.click(); }
+  });
+  // Every plotly figure, as Gradio draws it: the dark template on a dark page (?__theme=dark), larger
+  // fonts with "Large text", and a full-screen button beside plotly's own (its PNG button stays).
+  const DARK = __DARK_TEMPLATE__;
+  const isDark = () => document.body.classList.contains('dark') || document.documentElement.classList.contains('dark')
+    || !!document.querySelector('gradio-app.dark, .gradio-container.dark');
+  const large = () => document.body.classList.contains('px-large');
+  const FULL = {name: 'full screen', title: 'Full screen',
+    icon: {width: 1000, height: 1000, path: 'M0 0h400v100H100v300H0zM600 0h400v400H900V100H600zM0 600h100v300h300v100H0zM900 600h100v400H600V900h300z'},
+    click: (gd) => {
+      if (document.fullscreenElement) { document.exitFullscreen(); return; }
+      (gd.closest('.block') || gd).requestFullscreen();
+    }};
+  const dress = (layout, config) => {
+    layout = Object.assign({}, layout || {});
+    if (isDark()) Object.assign(layout, {template: DARK, paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)'});
+    if (large()) layout.font = Object.assign({}, layout.font || {}, {size: 17});
+    config = Object.assign({}, config || {});
+    config.modeBarButtonsToAdd = [...(config.modeBarButtonsToAdd || []), FULL];
+    return [layout, config];
+  };
+  const patch = (P) => {
+    if (!P || P.__px) return P;
+    for (const name of ['react', 'newPlot']) {
+      const orig = P[name];
+      P[name] = function (gd, data, layout, config) {
+        const [l, c] = dress(layout, config);
+        return orig.call(this, gd, data, l, c);
+      };
+    }
+    P.__px = true;
+    return P;
+  };
+  // Gradio's plot component sets window.Plotly when it first loads: patch it as it is set.
+  let plotly = patch(window.Plotly);
+  Object.defineProperty(window, 'Plotly', {configurable: true, get: () => plotly, set: (v) => { plotly = patch(v); }});
+  document.addEventListener('fullscreenchange', () => {
+    document.querySelectorAll('.js-plotly-plot').forEach((gd) => {
+      if (!plotly) return;
+      const full = document.fullscreenElement && document.fullscreenElement.contains(gd);
+      if (full && gd.__pxHeight === undefined) {
+        gd.__pxHeight = gd.layout.height;
+        plotly.relayout(gd, {height: window.innerHeight - 60});
+      } else if (!full && gd.__pxHeight !== undefined) {
+        plotly.relayout(gd, {height: gd.__pxHeight});
+        gd.__pxHeight = undefined;
+      }
+    });
+  });
+  new MutationObserver(() => {
+    if (!plotly) return;
+    document.querySelectorAll('.js-plotly-plot').forEach((gd) => {
+      const want = large() ? 17 : null;
+      if ((gd.__pxFont || null) !== want && gd.layout) {
+        gd.__pxFont = want;
+        plotly.relayout(gd, {'font.size': want || 12});
+      }
+    });
+  }).observe(document.body, {attributes: true, attributeFilter: ['class']});
 }
 """
+
+
+def _dark_template() -> str:
+    """plotly's own dark template, its backgrounds left to the page's (JSON for the page's script)."""
+    t = pio.templates["plotly_dark"].to_plotly_json()
+    t.get("layout", {}).update(paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)")
+    return json.dumps(t, separators=(",", ":"))
+
+
+JS = JS.replace("__DARK_TEMPLATE__", _dark_template())
 
 
 def header(res: Resources) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import sys
 import threading
 import time
@@ -28,10 +29,11 @@ import pandas as pd
 import plotly.io as pio
 
 from picaso_core.ui.resources import DEFAULT_CACHE, Resources
-from picaso_core.ui.tour_runs import RUNNERS, View
+from picaso_core.ui.tour_runs import RUNNERS, View, resolve
 from picaso_core.ui.tour_steps import STEPS, Step
 
 CACHE_VERSION = "tour/1"
+log = logging.getLogger("picaso.tour")
 ENDPOINT = "/tour_step"
 __all__ = ["STEPS", "Step", "View", "build", "cache_file", "export_static", "load_cache", "show", "tour_step"]
 
@@ -109,7 +111,13 @@ def compute(res: Resources, n: int, memo: dict | None = None) -> dict:
     """Step n's view, computed now (no cache), as a cache entry."""
     step = step_at(n)
     t = time.perf_counter()
-    view = RUNNERS[step.run](res, memo, **step.inputs)
+    try:
+        view = RUNNERS[step.run](res, memo, **resolve(res, step.tab, step.inputs))
+    except Exception as e:  # noqa: BLE001  (a view this corpus or model cannot give: said on the step, kept)
+        if type(e).__name__ != "Error":  # gr.Error: the tab's own one-line message
+            log.warning("tour step %s (%s) failed: %s: %s", n, step.title, type(e).__name__, e)
+        msg = getattr(e, "message", None) or str(e)
+        view = View(f"This step cannot be shown on the loaded model and corpus: {msg}")
     return view_entry(step, view, time.perf_counter() - t)
 
 

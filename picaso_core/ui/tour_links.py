@@ -1,0 +1,117 @@
+"""Links to any view: which inputs of each tab a link carries, and how a link's text becomes values.
+
+A link is the page's address plus query parameters: `?tab=compose&example=...&k=5` restores a tab and
+its inputs (and presses its run button, where the tab has a quick one); `?step=N` opens the tour at
+step N. The tabs are not edited for this: each input is found in its tab by elem_id, else by label
+(`find`), so a tab's layout stays its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+import gradio as gr
+
+
+@dataclass(frozen=True)
+class TabLinks:
+    title: str  # the tab's TITLE
+    inputs: dict  # link parameter -> the input's elem_id, else its label
+    run: str | None = None  # elem_id of the button a restored link presses (None: too slow to press unasked)
+    derived: dict = field(default_factory=dict)  # parameter -> its example-derived twins (query, continuation)
+
+
+TABS: dict[str, TabLinks] = {
+    "compose": TabLinks("Compose & compare", {
+        "example": "compose-example", "query": "compose-query", "continuation": "compose-continuation",
+        "k": "Contexts to retrieve (k)", "most_relevant_last": "Most relevant last",
+        "max_new_tokens": "Tokens to generate per method", "model": "compose-model"}, "compose-run"),
+    "soup": TabLinks("State soup", {
+        "layer": "soup-layer", "part": "State part", "method": "Projection", "dim": "Dimensions",
+        "demos": "soup-demos", "w": "soup-w"}, "soup-run"),
+    "landscape": TabLinks("Loss landscape", {
+        "sample": "landscape-sample", "steps": "Grid steps per axis", "pair": "landscape-pair", "view": "View"},
+        "landscape-run"),
+    "attribution": TabLinks("Attribution", {
+        "example": "attribution-example", "query": "attribution-query", "answer": "attribution-answer",
+        "k": "k: contexts to retrieve when none are picked"}, "attribution-run"),
+    "benchmarks": TabLinks("Benchmarks", {
+        "samples": "bench-samples", "ks": "bench-ks", "retriever": "bench-retriever"}),
+    "finetune": TabLinks("Fine-tuning", {
+        "objective": "ft-objective", "steps": "ft-steps", "k_max": "ft-kmax", "lr": "ft-lr"}),
+    "primer": TabLinks("Primer", {
+        "magnitude": "primer-magnitude", "phase": "primer-phase", "selectivity": "primer-selectivity",
+        "text": "primer-text"}),
+    "coffee": TabLinks("COFFEE lab", {"task": "coffee-task", "steps": "coffee-steps", "seconds": "coffee-seconds"}),
+}
+# Inputs an example fills in: a link names the example alone when they are still the example's own.
+FROM_EXAMPLE = {"compose": ("query", "continuation"), "attribution": ("query", "answer")}
+
+
+def tab_key(title: str) -> str | None:
+    return next((k for k, t in TABS.items() if t.title == title), None)
+
+
+def descendants(block):
+    for child in getattr(block, "children", []) or []:
+        yield child
+        yield from descendants(child)
+
+
+def find(tab_block, key: str) -> dict[str, gr.components.Component]:
+    """The link's inputs of one rendered tab, by parameter name (an input it cannot find is left out)."""
+    comps = [c for c in descendants(tab_block) if isinstance(c, gr.components.Component)]
+    out = {}
+    for name, ref in TABS[key].inputs.items():
+        hit = next((c for c in comps if c.elem_id == ref), None) or next(
+            (c for c in comps if getattr(c, "label", None) == ref), None)
+        if hit is not None:
+            out[name] = hit
+    return out
+
+
+def coerce(comp, raw: str):
+    """A query parameter's text as the value its component takes; ValueError when it cannot be."""
+    if isinstance(comp, (gr.Slider, gr.Number)):
+        x = float(raw)
+        lo, hi = getattr(comp, "minimum", None), getattr(comp, "maximum", None)
+        if (lo is not None and x < lo) or (hi is not None and x > hi):
+            raise ValueError(f"{raw} is outside {lo}..{hi}")
+        return int(x) if x == int(x) else x
+    if isinstance(comp, gr.Checkbox):
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{raw!r} is not true or false")
+        return raw.lower() in ("true", "1")
+    if isinstance(comp, (gr.Radio, gr.Dropdown)) and not getattr(comp, "multiselect", False):
+        values = [c[1] if isinstance(c, (tuple, list)) else c for c in (comp.choices or [])]
+        for v in values:
+            if str(v) == raw:
+                return v
+        if isinstance(comp, gr.Dropdown) and comp.allow_custom_value:
+            return raw
+        raise ValueError(f"{raw!r} is not one of its choices")
+    return raw
+
+
+def link_query(key: str, values: dict, example_fill=None) -> str:
+    """`?tab=key&name=value...` for a tab's current values. `example_fill(example) -> dict` gives the
+    inputs an example fills in: while they are unchanged the link names the example alone, once edited
+    it carries them and not the example."""
+    values = {k: v for k, v in values.items() if v is not None}
+    twins = FROM_EXAMPLE.get(key, ())
+    if twins and values.get("example") and example_fill is not None:
+        own = example_fill(values["example"])
+        if all(str(values.get(t, "")) == str(own.get(t, "")) for t in twins):
+            values = {k: v for k, v in values.items() if k not in twins}
+        else:
+            values.pop("example")
+    return "?" + urlencode({"tab": key, **{k: _text(v) for k, v in values.items()}})
+
+
+def _text(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v == int(v):
+        return str(int(v))
+    return str(v)
