@@ -28,8 +28,9 @@ from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose
 from picaso_core.ui import tour, tour_ui
 from picaso_core.ui.layout import CSS, JS, THEME, header
 from picaso_core.ui.tour_links import tab_key
+from picaso_core.ui import code
 from picaso_core.ui.resources import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources,
-                                      load_resources)
+                                      fault_message, load_resources)
 
 TABS = (compose_tab, soup_tab, landscape_tab, attribution_tab, benchmarks_tab, finetune_tab, primer_tab, coffee_tab)
 
@@ -93,9 +94,16 @@ def main(argv: list[str] | None = None) -> None:
         check_device(args.device)
     except RuntimeError as e:  # one line naming the fix, not a traceback
         raise SystemExit(f"error: {e}") from None
-    res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
-                         args.device, encode_all=args.encode_all, database=args.database, store=args.store,
-                         dtype=args.dtype)
+    try:
+        res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
+                             args.device, encode_all=args.encode_all, database=args.database, store=args.store,
+                             dtype=args.dtype)
+    except Exception as e:  # a known fault (a damaged store, a bad corpus file): one line naming the fix
+        message = fault_message(e, args.cache_dir)
+        if message is None:  # anything else is a bug: its traceback
+            raise
+        raise SystemExit(f"error: {message}") from None
+    code.serve_address(args.host, args.port)  # the API snippets name the address served on
     demo = build_app(res)
     tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
     # one line per rejected input (picaso_core.ui.errors), not a traceback

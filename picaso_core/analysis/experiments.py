@@ -32,6 +32,7 @@ picaso_core/analysis/summaries.py.
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import hashlib
 import json
@@ -98,8 +99,13 @@ def process_vs_generate(model, lengths: Sequence[int], new_tokens: int = 32, rep
 # --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
+def cache_root() -> Path:
+    """The CLI's cache folder: its default stores, and what it derives from a store given with --store."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "picaso_explorer" / "experiments"
+
+
 def default_store_dir(corpus: str, split: str, fingerprint: str, database: str | None = None) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "picaso_explorer" / "experiments"
+    base = cache_root()
     name = Path(corpus).stem if corpus.endswith(".jsonl") else corpus
     if database:  # another database file, another store (a chunk id may carry another text there)
         name += f"+{Path(database).stem}-{hashlib.sha256(str(Path(database).resolve()).encode()).hexdigest()[:8]}"
@@ -148,12 +154,19 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     A store that cannot serve the run (missing, partial at a URL, another model's, a corrupt shard)
     exits with one line naming the fix, not a traceback."""
     args = parse_args(argv)
+    from picaso_core.data import CorpusError
+    from picaso_core.data.hub import HubError
     from picaso_core.store.store import StoreError
 
     try:
         return _run(args, argv, embedder)
-    except StoreError as e:
+    except (StoreError, CorpusError, HubError) as e:  # known faults: one line naming the fix, no traceback
         sys.exit(f"error: {e}")
+    except OSError as e:
+        if e.errno not in (errno.EACCES, errno.EROFS, errno.EPERM, errno.ENOSPC) or not e.filename:
+            raise  # a bug: its traceback
+        sys.exit(f"error: cannot write {e.filename} ({e.strerror}); pass an --out (and a store) this account can "
+                 "write, with room to spare")
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict:
@@ -162,7 +175,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
     from picaso_core.data import load_corpus
     from picaso_core.engine.loading import load_model
     from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, embeddings_path
-    from picaso_core.store.store import StateStore, StoreError, check_serves, is_url, tqdm_progress
+    from picaso_core.store.store import (StateStore, StoreError, check_serves, derived_folder, heal, is_url, missing_index,
+                                         tqdm_progress)
 
     progress_bar = functools.partial(tqdm_progress, unit="step")
 
@@ -171,7 +185,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
                  f"--split {args.split} --out {args.store}")
     if args.store and not is_url(args.store) and not (Path(args.store) / "store.json").exists():
         # a typo must not start a new, empty store (the app refuses one too)
-        raise StoreError(f"no state store at {args.store}; build one with `{build_cmd}`, or leave out --store "
+        raise StoreError(missing_index(Path(args.store), args.store, build_cmd) + ", or leave out --store "
                          "(and PICASO_STORE) to encode into the default cache as the run goes")
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -197,10 +211,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
         sys.exit(f"error: {out} holds a run of {json.loads(run_file.read_text())}, not {ident}; "
                  "pass another --out (or delete the folder) so its records are not reused")
     run_file.write_text(json.dumps(ident))
-    try:
-        corpus = load_corpus(args.corpus, args.split, database=args.database)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
+    corpus = load_corpus(args.corpus, args.split, database=args.database)
     if not corpus.samples:
         sys.exit(f"error: corpus {args.corpus} has no samples: the protocol scores samples' continuations")
     qa_name = args.qa
@@ -215,11 +226,14 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
         database.update(qa_corpus.database)
 
     store_dir = args.store or default_store_dir(args.corpus, args.split, model.fingerprint(), args.database)
-    store = StateStore.open(store_dir, model) if is_url(store_dir) or (Path(store_dir) / "store.json").exists() \
-        else StateStore.build(model, [], store_dir, suffix=CONTEXT_SUFFIX, progress=False)
+    store = StateStore.open(store_dir, model, build_cmd=build_cmd) if is_url(store_dir) or \
+        (Path(store_dir) / "store.json").exists() else StateStore.build(model, [], store_dir, suffix=CONTEXT_SUFFIX,
+                                                                        progress=False)
     # the app's check, before any sweep: a URL store (read-only) must hold every context retrieved from
     check_serves(store, database, CONTEXT_SUFFIX, build_cmd)
-    store_dir = store.folder  # a URL's local cache: embeddings and ranker caches are kept there
+    heal(store, print, verify=True)  # a batch run: a second to hash the shards, then no surprise mid-sweep
+    # embeddings and ranker caches: never into or beside a store given with --store (it may be read-only)
+    store_dir = derived_folder(cache_root(), store)
     source = ContextSource.from_store(store, database, progress=progress_bar("encoding contexts (database build)"))
 
     embedder = embedder or SentenceEmbedder()

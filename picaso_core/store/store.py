@@ -42,7 +42,6 @@ for methods that process tokens (Concat), so stored states and tokens always agr
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from collections import OrderedDict
@@ -296,6 +295,13 @@ class StateStore(StoreWriter):
                     pass
             return [self._shards[i].file for i in sorted(self._bad)]
 
+    @property
+    def damaged(self) -> dict[str, str]:
+        """file -> what is wrong, for the shards found bad so far (at open: missing or cut short;
+        after a read or `check()`: also those whose sha256 differs)."""
+        with self._lock:
+            return {self._shards[i].file: why for i, why in sorted(self._bad.items())}
+
     def _local_path(self, sh: _Shard) -> Path:
         if self._remote is None:
             return self.folder / sh.file
@@ -367,6 +373,39 @@ class StateStore(StoreWriter):
 
     def __repr__(self) -> str:
         return f"StateStore({self.url!r}, {self.dtype}, {len(self)} contexts, {len(self._shards)} shards, {self.nbytes / 2**20:.1f} MiB)"
+
+
+def derived_folder(cache_dir: str | Path, store: StateStore) -> Path:
+    """Where an app or a CLI keeps what it derives from a store (the retriever's embeddings, ranker
+    caches): a store inside `cache_dir` (their own) or a URL store's local cache holds them itself;
+    a store given with --store gets <cache_dir>/stores/<name>-<hash of its path>, so nothing is
+    written into or beside it (it may be read-only, or another account's)."""
+    folder = Path(store.folder).resolve()
+    cache = Path(cache_dir).resolve()
+    if store.remote or folder.is_relative_to(cache):
+        return Path(store.folder)
+    return cache / "stores" / f"{folder.name}-{hashlib.sha256(str(folder).encode()).hexdigest()[:8]}"
+
+
+def heal(store: StateStore, log, verify: bool = False) -> None:
+    """At the start of a run (app, experiments CLI) or after a failed read: repair the damaged
+    shards when the store is writable, else warn that their contexts are refused; one line either
+    way. Without `verify` only what is known is repaired (missing or cut-short shards found at
+    open, or shards that failed a read); with it every shard's sha256 is checked first."""
+    if verify and not store.remote:
+        store.check()
+    bad = store.damaged
+    if not bad:
+        return
+    listed = "; ".join(f"{f}: {why}" for f, why in bad.items())
+    if store.read_only:
+        log(f"warning: {store.url}: {len(bad)} damaged shards ({listed}); their contexts are refused until "
+            f"`python -m picaso_core.store repair {store.url}` is run by the store's owner; the rest serve")
+        return
+    n = sum(len(s.ids) for s in store._shards if s.file in bad)
+    fixed = store.repair(progress=False)
+    log(f"{store.url}: repaired {len(fixed)} damaged shards ({listed}): their {n} contexts re-encoded from their "
+        f"stored text; the bad files were moved to {Path(store.folder) / DAMAGED}/")
 
 
 def check_serves(store: StateStore, database: dict[str, str], suffix: str, build_cmd: str | None = None,

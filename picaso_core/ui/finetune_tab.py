@@ -126,7 +126,7 @@ def tuned_resources(res: Resources) -> Resources:
             raise bad_input(f"the fine-tuned model is a fine-tune of the demo model, not of {res.model_name}: "
                             "start the app with --model demo to compare them")
         model.name_or_path = "demo-bptc"
-        folder = store_folder(Path(res.store.folder).parent, res.corpus.name, res.corpus.split, model.fingerprint())
+        folder = store_folder(Path(res.cache_dir), res.corpus.name, res.corpus.split, model.fingerprint())
         store = open_or_build_store(model, res.database, folder, log=lambda *_: None)
         _tuned[id(res)] = replace(res, model=model, model_name="demo-bptc", store=store)
     return _tuned[id(res)]

@@ -140,7 +140,9 @@ def cache_key(res: Resources, steps: int = STEPS, pair: str = "u2-u3") -> str:
 
 
 def _cache_file(res: Resources) -> Path:
-    return Path(res.store.folder).parent / "landscape" / (Path(res.store.folder).name + ".json")
+    from picaso_core.ui.resources import derived_folder
+
+    return Path(res.cache_dir) / "landscape" / (derived_folder(res.cache_dir, res.store).name + ".json")
 
 
 def default_result(res: Resources, progress=lambda *a, **kw: None) -> dict:

@@ -9,14 +9,17 @@ added to the store, so the app starts in seconds and never encodes a context twi
 too; `encode_all=True` (app.py --encode-all) encodes the whole corpus up front instead. A chunk whose
 text changed under its id is refused (delete the folder to rebuild).
 
-Retrieval needs only sentence embeddings of the corpus, not states: they are kept in the store folder,
-and the demo corpus ships them (assets/demo_data/<split>_database.<embedder>.safetensors, written by
+Retrieval needs only sentence embeddings of the corpus, not states: they are kept with the app's own
+store, or for a store given with --store under <cache_dir>/stores/ (`derived_folder`: a store on a
+read-only disk or another account's folder serves as it is), and the demo corpus ships them (assets/demo_data/<split>_database.<embedder>.safetensors, written by
 scripts/build_demo_data.py), so a first start embeds nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -26,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from picaso_core.data import limit_corpus  # noqa: F401  (re-exported: callers import it from here too)
+from picaso_core.data import CorpusError, limit_corpus  # noqa: F401  (re-exported: callers import it from here too)
 from picaso_core.retrieval.retriever import Embedder, Retriever, SentenceEmbedder, embeddings_path
-from picaso_core.store.store import StateStore, StoreError, check_serves, is_url, tqdm_progress
+from picaso_core.store.store import (CorruptShardError, StateStore, StoreError, check_serves, derived_folder, heal,
+                                     is_url, missing_index, tqdm_progress)
 
 # Every context is tokenised as text + "\n\n": the separator the demo model saw between contexts
 # and before the query (data/demo_world.py CONTEXT_SEP), and a paragraph break for real models.
@@ -36,6 +40,7 @@ CONTEXT_SUFFIX = "\n\n"
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "picaso_explorer"
 DEFAULT_MAX_TOKENS = 4096  # total context tokens one request may compose (CPU time of Concat)
 DEFAULT_SPLIT = "test"
+log = logging.getLogger("picaso_explorer")  # the app's log (picaso_core.ui.errors writes the same one)
 
 
 @dataclass
@@ -83,11 +88,24 @@ class Resources:
 
     def states(self, ids: list[str], progress: Callable[[int, int], None] | None = None) -> list:
         """The stored states of `ids`, encoding (once, then kept in the store) those not stored yet."""
-        new = {cid for cid in ids if cid not in self.store}
-        if new:
-            check_disk(self.model, len(new), Path(self.store.folder))
-        self.store.ensure([(cid, self.text(cid)) for cid in ids], progress=progress or False)
-        return self.store.get_many(ids)
+        try:
+            new = {cid for cid in ids if cid not in self.store}
+            if new and not self.store.read_only:
+                check_disk(self.model, len(new), Path(self.store.folder))
+            self.store.ensure([(cid, self.text(cid)) for cid in ids], progress=progress or False)
+            try:
+                return self.store.get_many(ids)
+            except CorruptShardError:
+                if self.store.read_only:
+                    raise
+                # a writable store heals itself: the bad shard's contexts are re-encoded from their
+                # stored text (its files moved to damaged/), then read again
+                heal(self.store, lambda line: log.warning("%s", line), verify=False)
+                return self.store.get_many(ids)
+        except StoreError as e:  # a damaged or read-only store: one line to the visitor and the log
+            from picaso_core.ui.errors import store_fault
+
+            raise store_fault(e, [self.store.url, self.store.folder, self.cache_dir]) from None
 
     def describe(self) -> str:
         cfg = self.model.config
@@ -143,20 +161,26 @@ def check_disk(model, n_contexts: int, folder: Path) -> None:
 
 
 def open_or_build_store(model, database: dict[str, str], folder: Path | str, log: Callable[[str], None] = print,
-                        encode_all: bool = False, remote_cache: Path | None = None) -> StateStore:
+                        encode_all: bool = False, remote_cache: Path | None = None,
+                        build_cmd: str | None = None) -> StateStore:
     """Open the store in `folder` (a new, empty one if there is none) for the contexts of `database`.
 
     folder: a local folder, or the URL of a prebuilt store (read-only; its shards are cached in
     `remote_cache`), which must then hold every context of `database`.
     encode_all: also encode every context of `database` the store lacks (otherwise they are
     encoded on first use, see `Resources.states`).
+    build_cmd: the command that builds a prebuilt store, named by the errors for a damaged index.
     """
     if is_url(folder) or (Path(folder) / "store.json").exists():
-        store = StateStore.open(folder, model, cache_dir=remote_cache)
+        store = StateStore.open(folder, model, cache_dir=remote_cache, build_cmd=build_cmd)
     else:
         store = StateStore.build(model, [], folder, suffix=CONTEXT_SUFFIX, progress=False)
     check_serves(store, database, CONTEXT_SUFFIX, or_else=", or keep fewer contexts (--max-contexts)")
+    heal(store, log)
     new = [(cid, text) for cid, text in database.items() if cid not in store]
+    if encode_all and new and store.read_only:
+        raise StoreError(f"--encode-all: the store at {folder} is read-only and lacks {len(new)} of the corpus's "
+                         f"contexts (e.g. {new[0][0]!r}); leave out --encode-all to serve the ones it holds")
     if encode_all and new:
         check_disk(model, len(new), folder)
         log(f"encoding {len(new)} contexts x {model.config.state_nbytes() / 2**20:.2f} MiB into the state store in {folder}")
@@ -174,6 +198,22 @@ def shipped_embeddings(corpus_name: str, split: str, embedder_name: str) -> list
 
 
 DTYPES = ("float32", "bfloat16", "float16")  # load_resources(dtype=), app.py --dtype
+# what a write fails with in a folder this account cannot write, or on a full disk
+_WRITE_ERRNOS = (errno.EACCES, errno.EROFS, errno.EPERM, errno.ENOSPC)
+
+
+def fault_message(error: BaseException, cache_dir: str | Path = DEFAULT_CACHE) -> str | None:
+    """The one line app.py prints for a known start-up fault (a damaged or missing store, a bad
+    corpus file, a hub corpus offline, a folder it cannot write), or None for anything else (a
+    bug, which keeps its traceback)."""
+    from picaso_core.data.hub import HubError
+
+    if isinstance(error, (StoreError, CorpusError, HubError)):
+        return str(error)
+    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS and error.filename:
+        return (f"cannot write {error.filename} ({error.strerror}); the app writes only under --cache-dir "
+                f"({cache_dir}): point it (or PICASO_CACHE) at a folder this account can write, with room to spare")
+    return None
 
 
 def load_resources(
@@ -221,16 +261,19 @@ def load_resources(
     if max_contexts:
         c = limit_corpus(c, max_contexts)
     if not c.database:
-        raise ValueError(f"corpus {corpus!r} ({split}) has no contexts to retrieve from; give a corpus with a database")
+        raise CorpusError(corpus or database, "has samples but no contexts to retrieve from",
+                          'give each sample "contexts": [[id, text], ...], or pass a database file (--database)')
     times["corpus"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    build_cmd = (f"python -m picaso_core.store build --model {model} --corpus {corpus} --split {split}"
+                 f"{f' --max-contexts {max_contexts}' if max_contexts else ''} --out {store}")
     if store and not is_url(store) and not (Path(store) / "store.json").exists():  # a typo must not start a new store
-        raise StoreError(f"no state store at {store}; build one with `python -m picaso_core.store build --model {model} "
-                         f"--corpus {corpus} --split {split} --out {store}`")
+        raise StoreError(missing_index(Path(store), store, build_cmd))
     folder = store or store_folder(Path(cache_dir), corpus, split, m.fingerprint(), max_contexts, database)
-    store = open_or_build_store(m, c.database, folder, log, encode_all, remote_cache=Path(cache_dir) / "remote")
-    folder = store.folder  # a URL's local cache: the retriever's embeddings are kept there
+    store = open_or_build_store(m, c.database, folder, log, encode_all, remote_cache=Path(cache_dir) / "remote",
+                                build_cmd=build_cmd if store else None)
+    folder = derived_folder(cache_dir, store)
     times["store"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -55,7 +55,7 @@ class Lab:
 
     @property
     def folder(self) -> Path:
-        return soup.SkillLibrary.default_folder(Path(self.res.store.folder).parent, self.res.model, None,
+        return soup.SkillLibrary.default_folder(Path(self.res.cache_dir), self.res.model, None,
                                                 SHOTS, PER_TASK, SEED)
 
     def library(self, progress=None) -> soup.SkillLibrary:
@@ -94,7 +94,7 @@ class Lab:
     @property
     def warm_file(self) -> Path:
         """Seconds the last UMAP warm-up took on this machine: the estimate shown while the next waits."""
-        return Path(self.res.store.folder).parent / "umap-warm-up.json"
+        return Path(self.res.cache_dir) / "umap-warm-up.json"
 
     def umap_estimate(self) -> tuple[float, bool]:
         """(seconds the warm-up should take, measured before?): the last measured warm-up of this
