@@ -40,6 +40,7 @@ CSS = """
 [data-testid="status-tracker"]:has(> .error) {display:none !important}
 /* talk mode: the tour bar, the header's row, large text for a projector, a plot in full screen */
 .px-talk {align-items:center; gap:8px}
+.px-off {display:none !important}
 .px-tour {border:2px solid var(--color-accent); border-radius:10px; padding:8px 12px !important;
   background:var(--block-background-fill)}
 #tour-text {font-size:1.05em}

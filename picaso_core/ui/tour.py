@@ -71,10 +71,7 @@ def cache_file(res: Resources, cache_dir: str | Path | None = None) -> Path:
 def load_cache(res: Resources, cache_dir: str | Path | None = None) -> dict[int, dict]:
     """The cached views of this model and corpus, by 1-based step number; only entries whose key
     matches (model, corpus, version, step definition): a stale file or entry is never served."""
-    try:
-        data = json.loads(cache_file(res, cache_dir).read_text())
-    except (OSError, ValueError):
-        return {}
+    data = _read(cache_file(res, cache_dir))
     if not isinstance(data, dict) or data.get("key") != cache_key(res):
         return {}
     out = {}
@@ -83,6 +80,21 @@ def load_cache(res: Resources, cache_dir: str | Path | None = None) -> dict[int,
         if isinstance(entry, dict) and entry.get("step_key") == step_key(step):
             out[n] = entry
     return out
+
+
+_files: dict[str, tuple] = {}  # path -> ((mtime, size), parsed): a step served twice is read once
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = _files.get(str(path))
+        if hit is None or hit[0] != stamp:
+            hit = _files[str(path)] = (stamp, json.loads(path.read_text()))
+        return hit[1]
+    except (OSError, ValueError):
+        return None
 
 
 def _save(res: Resources, cache_dir, entries: dict[int, dict]) -> None:
@@ -101,8 +113,10 @@ def view_entry(step: Step, view: View, seconds: float) -> dict:
                        for t, df in view.tables]}
 
 
-def entry_view(entry: dict) -> View:
-    figs = [pio.from_json(json.dumps(f), skip_invalid=True) for f in entry["figures"]]
+def entry_view(entry: dict, raw: bool = False) -> View:
+    """A cache entry as a View; raw: figures as plotly JSON text, not rebuilt as go.Figure (which
+    validates every attribute: most of a cached step's time on a busy CPU)."""
+    figs = [json.dumps(f) if raw else pio.from_json(json.dumps(f), skip_invalid=True) for f in entry["figures"]]
     tables = [(t["title"], pd.DataFrame(t["data"], columns=t["columns"])) for t in entry["tables"]]
     return View(entry["text"], figs, tables)
 
@@ -190,9 +204,11 @@ def building_note(res: Resources, cache_dir: str | Path | None = None) -> str:
 
 
 # ---- serving a step -----------------------------------------------------------------------------
-def show(res: Resources, n, live: bool = False, cache_dir: str | Path | None = None) -> tuple[Step, View, dict]:
+def show(res: Resources, n, live: bool = False, cache_dir: str | Path | None = None,
+         raw: bool = False) -> tuple[Step, View, dict]:
     """Step n's view: from the cache (never a stale one), or computed now when `live`. Returns
-    (step, view, meta) with meta = {"cached", "seconds" (this call), "compute_seconds", "ready"}."""
+    (step, view, meta) with meta = {"cached", "seconds" (this call), "compute_seconds", "ready"};
+    raw: the figures as plotly JSON text (entry_view)."""
     t = time.perf_counter()
     step = step_at(n)
     n = STEPS.index(step) + 1
@@ -203,7 +219,7 @@ def show(res: Resources, n, live: bool = False, cache_dir: str | Path | None = N
     if entry is None:
         return step, View(building_note(res, cache_dir)), {"cached": False, "ready": False, "compute_seconds": None,
                                                             "seconds": round(time.perf_counter() - t, 3)}
-    view = entry_view(entry)
+    view = entry_view(entry, raw)
     return step, view, {"cached": cached, "ready": True, "compute_seconds": entry["seconds"],
                         "seconds": round(time.perf_counter() - t, 3)}
 
@@ -212,7 +228,7 @@ def tour_step(res: Resources, step) -> dict:
     """The /tour_step endpoint: step (1-based) as plain data: title, tab, inputs, text, cached (True
     when served from the cache), seconds (this call), plus its tables as records."""
     try:
-        s, view, meta = show(res, step)
+        s, view, meta = show(res, step, raw=True)
     except ValueError as e:
         from picaso_core.ui.errors import bad_input
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
+from gradio.components.plot import PlotData
+import plotly.graph_objects as go
 import plotly.io as pio
 
 from picaso_core.ui import tour
@@ -25,6 +27,7 @@ from picaso_core.ui.tour_links import FROM_EXAMPLE, TABS, coerce, find, link_que
 from picaso_core.ui.tour_runs import resolve
 
 N_FIGS = 2  # figures a step shows side by side
+BAR_ON, BAR_OFF = ["px-tour"], ["px-tour", "px-off"]  # the tour bar's classes, shown and hidden
 
 
 @dataclass
@@ -57,7 +60,9 @@ def render_controls(res: Resources) -> Controls:
     # a projector's audience reads from the back of the room: the page scales, plots included
     large.change(None, large, None, js="(on) => { document.body.classList.toggle('px-large', on); "
                  "window.dispatchEvent(new Event('resize')); }")
-    with gr.Column(visible=False, elem_id="tour-bar", elem_classes="px-tour") as bar:
+    # On the page from the start and hidden by a class (px-off), not visible=False (not rendered at
+    # all): its plots load plotly.js with the page, so the first step draws at once
+    with gr.Column(elem_id="tour-bar", elem_classes=BAR_OFF) as bar:
         with gr.Row(equal_height=True):
             title = gr.Markdown(elem_id="tour-title")
             prev = gr.Button("← Previous", size="sm", elem_id="tour-prev", scale=0, min_width=110)
@@ -66,7 +71,8 @@ def render_controls(res: Resources) -> Controls:
             close = gr.Button("Close", size="sm", elem_id="tour-close", scale=0, min_width=80)
         text = gr.Markdown(elem_id="tour-text")
         with gr.Row(equal_height=False):
-            figs = [gr.Plot(show_label=False, elem_id=f"tour-fig-{i}", min_width=420) for i in range(N_FIGS)]
+            figs = [gr.Plot(go.Figure(layout=dict(height=40)), show_label=False, elem_id=f"tour-fig-{i}", min_width=420)
+                    for i in range(N_FIGS)]
         table = gr.Dataframe(interactive=False, wrap=True, elem_id="tour-table", visible=False)
     press = gr.Textbox(visible=False)
     return Controls(start, copy, link, bar, title, prev, nxt, live, close, text, figs, table, gr.State(0),
@@ -101,7 +107,7 @@ def step_values(res: Resources, n: int) -> tuple[str, dict]:
 def step_outputs(res: Resources, n, live: bool = False) -> dict:
     """Everything the bar shows for step n (1-based, clamped to the tour): a dict of plain values."""
     n = min(max(int(n or 1), 1), len(tour.STEPS))
-    step, view, meta = tour.show(res, n, live=live)
+    step, view, meta = tour.show(res, n, live=live, raw=True)
     how = ("computed live just now" if live else "precomputed" if meta["cached"] else "not precomputed yet")
     secs = f", {meta['compute_seconds']:.1f} s to compute" if meta.get("compute_seconds") is not None else ""
     key, values = step_values(res, n)
@@ -112,7 +118,8 @@ def step_outputs(res: Resources, n, live: bool = False) -> dict:
 
 
 def _fig_updates(figures) -> list:
-    return [gr.update(value=figures[i], visible=True) if i < len(figures) else gr.update(value=None, visible=False)
+    """The step's figures (plotly JSON text) for the bar's plots, the unused ones hidden."""
+    return [gr.update(value=PlotData(type="plotly", plot=figures[i]), visible=True) if i < len(figures) else gr.update(value=None, visible=False)
             for i in range(N_FIGS)]
 
 
@@ -226,7 +233,7 @@ def render_exports(res: Resources, key: str, tab_block) -> None:
     with gr.Accordion("Export: tables as CSV, plots as HTML", open=False, elem_id=f"{key}-export"):
         with gr.Row():
             which = gr.Dropdown(choices, value=choices[0][1], label="What", scale=3, elem_id=f"{key}-export-what")
-            go = gr.Button("Export", scale=0, min_width=100, elem_id=f"{key}-export-run")
+            button = gr.Button("Export", scale=0, min_width=100, elem_id=f"{key}-export-run")
         files = gr.File(label="Download", file_count="multiple", interactive=False, elem_id=f"{key}-export-files")
 
     def run(which, *values):
@@ -234,7 +241,7 @@ def render_exports(res: Resources, key: str, tab_block) -> None:
         d = values[-1] if data is not None else None
         return export_files(res, key, which, list(p), list(t), d)
 
-    go.click(run, [which, *plots, *tables, *([data] if data is not None else [])], files,
+    button.click(run, [which, *plots, *tables, *([data] if data is not None else [])], files,
              api_visibility="private", concurrency_limit=4)
 
 
@@ -250,7 +257,7 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
 
     def show(n, live=False):
         o = step_outputs(res, n, live)
-        return [gr.update(visible=True), o["title"], o["text"], *_fig_updates(o["figures"]), _table_update(o["table"]),
+        return [gr.update(elem_classes=BAR_ON), o["title"], o["text"], *_fig_updates(o["figures"]), _table_update(o["table"]),
                 o["n"], gr.Tabs(selected=o["tab"]), o["tab"], *tab_updates(o["tab"], o["values"])]
 
     ev = dict(api_visibility="private", concurrency_limit=None, show_progress="minimal")
@@ -260,7 +267,7 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
     # a live run computes: it waits its turn with the model-bound work
     ui.live.click(lambda n: show(n, live=True), ui.step, outs, api_visibility="private", concurrency_limit=1,
                   concurrency_id="tour-live")
-    ui.close.click(lambda: gr.update(visible=False), None, ui.bar, **ev)
+    ui.close.click(lambda: gr.update(elem_classes=BAR_OFF), None, ui.bar, **ev)
     for key, block in tab_blocks.items():
         block.select(lambda k=key: k, None, ui.current, **ev)
 
@@ -280,7 +287,7 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
             return [*show(step), ""]
         if key is None:
             return [gr.skip()] * len(outs) + [""]
-        return ([gr.update(visible=False), gr.skip(), gr.skip(), *[gr.skip()] * N_FIGS, gr.skip(), gr.skip(),
+        return ([gr.skip(), gr.skip(), gr.skip(), *[gr.skip()] * N_FIGS, gr.skip(), gr.skip(),
                  gr.Tabs(selected=key), key, *tab_updates(key, values)] + [TABS[key].run or ""])
 
     def reapply(request: gr.Request):
