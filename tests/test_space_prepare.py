@@ -270,8 +270,14 @@ def test_prepare_refuses_what_it_cannot_write(tmp_path, capsys):
     with pytest.raises(PrepareError, match="--force"):
         prepare("docker", tmp_path / "full")
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine"  # nothing touched
-    with pytest.raises(PrepareError, match="inside what it would copy"):
-        prepare("docker", ROOT / "picaso_core" / "out")
+    src = tmp_path / "checkout"  # a stand-in checkout: were the check broken, the copy lands here, not in ROOT
+    for f in ("app.py", "picaso_core/__init__.py", "assets/a.json", "requirements.txt", "Dockerfile", ".dockerignore"):
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        (src / f).write_text("")
+    for inside in (src, src / "picaso_core" / "out", src / "assets"):
+        with pytest.raises(PrepareError, match="inside what it would copy"):
+            prepare("docker", inside, source=src, force=True)
+    assert not (src / "picaso_core" / "out").exists()
     with pytest.raises(PrepareError, match="no state store"):
         prepare("zerogpu", tmp_path / "z", store=tmp_path / "nowhere")
     assert not (tmp_path / "z").exists()
