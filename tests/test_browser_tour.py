@@ -157,8 +157,6 @@ def test_step_link_and_copied_links_restore_the_view(browser, tour_app, tour_res
           == "cat → cats", 15)
     link = _copy(browser)
     assert "tab=soup" in link and "layer=0" in link and "dim=3" in link
-    browser.get(tour_app)
-    _wait(browser, lambda d: d.find_element(By.ID, "tour-start"), 30)
     browser.get(link)
     _wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#soup-demos textarea").get_attribute("value")
           == "cat → cats", 15)

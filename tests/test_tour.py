@@ -94,7 +94,14 @@ def test_a_changed_model_fingerprint_makes_the_cache_stale_and_it_is_rebuilt(tou
     assert calls and len(tour.load_cache(tour_res, tmp_path)) == len(STEPS)
     assert tour.cache_file(tour_res, tmp_path).name.endswith("0123456789abcdef.json")
     monkeypatch.setattr(tour_res.model, "fingerprint", lambda refresh=False: fp)
+    path = tour.cache_file(tour_res, tmp_path)
     assert len(tour.load_cache(tour_res, tmp_path)) == len(STEPS)  # the old model's file is still its own
+    # a file whose recorded key is another model's (copied over, or an older cache version) is stale too
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "key": {**data["key"], "model": "0123456789abcdef"}}))
+    assert tour.load_cache(tour_res, tmp_path) == {}
+    path.write_text(json.dumps({**data, "key": {**data["key"], "version": "tour/0"}}))
+    assert tour.load_cache(tour_res, tmp_path) == {}
 
 
 def test_a_changed_corpus_or_step_definition_is_stale_too(tour_res, fake_runners, tmp_path, monkeypatch):
