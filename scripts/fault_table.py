@@ -70,12 +70,8 @@ def run(cmd: list[str], env: dict, read_only: Path | None = None, serve_s: float
     serves = any(s in out for s in SERVING)
     lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not BAR.search(ln)
              and "Loading weights" not in ln]
-    if serves:  # what it said on its way up, on stdout
-        lines_out = [ln for ln in out.splitlines() if ln.strip() and not any(s in ln for s in SERVING)
-                     and "To create a public link" not in ln]
-        first = next(iter(lines + lines_out), "")
-    else:
-        first = lines[0] if lines else next((ln for ln in out.splitlines() if ln.strip()), "")
+    said = [ln for ln in lines + out.splitlines() if re.search(r"repaired|damaged|warning|error", ln)]
+    first = next(iter(said + lines + [ln for ln in out.splitlines() if ln.strip()]), "")
     return {"rc": "serves" if serves else p.returncode, "lines": len(lines), "traceback": "Traceback" in err,
             "first": first[:200]}
 

@@ -285,7 +285,7 @@ def res(model, tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setattr(soup_lab, "WARM_UMAP", False)
     folder = tmp_path_factory.mktemp("cache") / "corpus"
     return types.SimpleNamespace(model=model, model_name="tiny", store=types.SimpleNamespace(folder=str(folder)),
-                                 database={"a": "Velmora is a city on the river Quell. " * 30})
+                                 cache_dir=folder.parent, database={"a": "Velmora is a city on the river Quell. " * 30})
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +307,7 @@ def test_tab_map_places_demonstrations_and_retrieves(res):
     assert fig.data[-1].name == "your demonstration" and "Layer 1" in summary
     assert "soup_map" in client and "SkillLibrary" in py
     # the library was stored under the cache folder and is reused
-    assert soup_lab.lab_for(res).folder.parent == soup_lab.Path(res.store.folder).parent
+    assert soup_lab.lab_for(res).folder.parent == res.cache_dir
     with pytest.raises(gr.Error, match="demonstration box is empty"):
         soup_handlers.soup_map(res, 1, "ssm", "pca", 2, "  \n", require_demos=True)
     with pytest.raises(gr.Error, match="layer"):

@@ -56,15 +56,15 @@ from picaso_core.store.format import (  # noqa: F401  (the store's public names 
 from picaso_core.store.writer import StoreWriter, _Shard
 
 
-def missing_index(folder: Path | None, where, build_cmd: str) -> str:
+def missing_index(folder: Path | None, where, build_cmd: str, api: bool = False) -> str:
     """The message for a store location without store.json: nothing built yet, or a build stopped
     before its final index step (its shards and sidecars are there: a rerun encodes only the rest)."""
     shards = sorted(folder.glob("shard-*.safetensors")) if folder is not None and folder.is_dir() else []
     if shards:
         return (f"{where} holds {len(shards)} shards but no {META_FILE}: its build stopped before writing the index; "
                 f"finish it with `{build_cmd}` (it encodes only what is missing)")
-    return (f"no state store at {where} ({META_FILE} missing); build one with `{build_cmd}` "
-            "(or StateStore.build(model, contexts, folder))")
+    return (f"no state store at {where}; build one with `{build_cmd}`"
+            + (" (or StateStore.build(model, contexts, folder))" if api else f" (there is no {META_FILE})"))
 
 
 def writable(folder: Path) -> bool:
@@ -199,7 +199,7 @@ class StateStore(StoreWriter):
         build_cmd = build_cmd or (f"python -m picaso_core.store build --model {getattr(model, 'name_or_path', None) or 'MODEL'} "
                                   f"--corpus CORPUS --out {where}")
         if not exists:
-            raise StoreError(missing_index(folder if remote is None else None, where, build_cmd))
+            raise StoreError(missing_index(folder if remote is None else None, where, build_cmd, api=True))
         meta = parse_index(read(), path, f"rebuild it from the shards with `{build_cmd} --rebuild-index`")
         fp = model.fingerprint()
         built = meta["model"]
