@@ -222,6 +222,14 @@ def test_gpu_checks_its_duration_and_is_a_no_op_without_spaces(monkeypatch):
     assert gpu(duration=dynamic)(f).zerogpu_duration is dynamic and calls == [("f", dynamic)]
 
 
+def test_on_zerogpu_needs_both_the_package_and_the_variable(monkeypatch):
+    spaces, _ = stand_in_spaces()
+    for module, variable, expected in ((spaces, "1", True), (spaces, "", False), (None, "1", False)):
+        monkeypatch.setitem(sys.modules, "spaces", module)
+        monkeypatch.setenv("SPACES_ZERO_GPU", variable)
+        assert gpu_module.on_zerogpu() is expected
+
+
 def test_a_broken_spaces_package_is_not_taken_for_an_absent_one(monkeypatch):
     def broken(name, *a, **kw):
         raise ModuleNotFoundError("No module named 'spaces_dependency'", name="spaces_dependency")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 from collections.abc import Callable
 
 MAX_DURATION = 300  # seconds; beyond it a handler is too slow for a shared, quota-limited GPU
@@ -30,6 +31,13 @@ def zerogpu_module():
         if e.name != "spaces":  # `spaces` is there but broken: say so, do not serve without it
             raise
         return None
+
+
+def on_zerogpu() -> bool:
+    """True on a ZeroGPU Space (the `spaces` package and its SPACES_ZERO_GPU variable): there, the
+    model's cuda device has no GPU outside a `gpu`-decorated handler, so work done at start-up (a
+    warm-up, a precomputed default) must run on the CPU or be left to the first click."""
+    return bool(os.environ.get("SPACES_ZERO_GPU")) and zerogpu_module() is not None
 
 
 def gpu(duration: int | Callable[..., int]) -> Callable[[Callable], Callable]:
