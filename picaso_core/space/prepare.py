@@ -38,10 +38,12 @@ import sys
 try:  # first, before torch loads: ZeroGPU adapts torch's CUDA as it is imported
     import spaces  # noqa: F401
 except ImportError:  # this folder run on a machine without the spaces package: the CPU, as app.py
-    spaces = None
+    pass
+
+from picaso_core.ui.gpu import on_zerogpu  # noqa: E402 (imports no torch)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ZEROGPU = spaces is not None and bool(os.environ.get("SPACES_ZERO_GPU"))
+ZEROGPU = on_zerogpu()
 if ZEROGPU:
     os.environ.setdefault("PICASO_DEVICE", "cuda")
 if os.path.isfile(os.path.join(HERE, "store", "store.json")):  # prepare --store DIR shipped one
