@@ -46,6 +46,10 @@ RUN HF_HUB_OFFLINE=1 python -c "from picaso_core.ui.resources import load_resour
 # so the State soup tab's first UMAP map loads it in seconds on any x86-64 CPU (NUMBA_CPU_NAME above;
 # picaso_core/analysis/soup_projection.py, _cache_umap_numba).
 RUN python -c "from picaso_core.analysis.soup_projection import warm_up_umap; warm_up_umap()"
+# The guided tour's results (docs/tour.md: ~80 s on 2 cores), keyed by the demo model's and corpus's
+# fingerprints, so every step of the tour opens at once; another model or corpus builds its own in
+# the background after start.
+RUN HF_HUB_OFFLINE=1 python -m picaso_core.ui.tour build
 
 EXPOSE 7860
 CMD ["python", "app.py"]

@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -266,7 +267,8 @@ def main(argv: list[str] | None = None) -> None:
         if name == "export":
             q.add_argument("dir", help="output folder (index.html and plotly.min.js)")
             q.add_argument("--app-url", default=None, help="the live app's address: each step links to its view there")
-        q.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="the app's cache folder (app.py --cache-dir)")
+        q.add_argument("--cache-dir", default=os.environ.get("PICASO_CACHE", str(DEFAULT_CACHE)),
+                       help="the app's cache folder (app.py --cache-dir) [PICASO_CACHE]")
         q.add_argument("--model", default="demo", help="as app.py --model")
         q.add_argument("--corpus", default="demo", help="as app.py --corpus")
         if name == "build":
