@@ -118,13 +118,23 @@ def store_faults(base: Path) -> dict:
     def killed(folder):  # what a SIGKILL'd build leaves: whole shards and sidecars, no index yet
         (folder / "store.json").unlink()
 
+    def sigkill(folder):  # a real build, killed by SIGKILL once its first shard is whole
+        shutil.rmtree(folder)
+        cmd = commands(Path(os.environ["FAULT_CORPUS"]), folder, folder, folder, 0)["store build"]
+        p = subprocess.Popen([*cmd, "--shard-size", "2"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        while p.poll() is None and not list(folder.glob("*.safetensors.json")):
+            time.sleep(0.05)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+
     def not_json(folder):
         (folder / "store.json").write_text('{"format": "picaso-state-store/1", oops')
 
     def read_only(folder):  # mounted read-only when the command runs
         pass
 
-    return {"truncated shard": truncate, "one byte flipped": flip, "store.json deleted / build killed": killed,
+    return {"truncated shard": truncate, "one byte flipped": flip, "store.json deleted": killed, "build killed (SIGKILL)": sigkill,
             "store.json not JSON": not_json, "read-only store (ro bind mount)": read_only}
 
 
@@ -169,6 +179,7 @@ def main(argv=None) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp), "XDG_CACHE_HOME": str(tmp / "xdg"),
            "HF_HOME": os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))}
     corpus = corpus_file(tmp)
+    os.environ["FAULT_CORPUS"] = str(corpus)
     rows = []
     if args.only in (None, "store"):
         clean = tmp / "clean"
@@ -200,7 +211,7 @@ def main(argv=None) -> None:
             for entry in ("app start", "store build", "experiments"):
                 cmd = commands(path, tmp / f"cs-{len(rows)}", tmp / f"cc-{len(rows)}", tmp / f"co-{len(rows)}",
                                args.port)[entry]
-                if entry == "app start":
+                if entry != "store build":  # the app and the experiments use their default store
                     cmd = [c for c in cmd if c not in ("--store", str(tmp / f"cs-{len(rows)}"))]
                 r = run(cmd, env)
                 rows.append((name, entry, r))

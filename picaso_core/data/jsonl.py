@@ -72,7 +72,7 @@ def _lines(path: Path, hint: str) -> Iterable[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line.rstrip("\r\n"))  # so a cut-off object's column is on this line
             except json.JSONDecodeError as e:
                 raise CorpusError(path, f"not valid JSON: {e.msg} at column {e.colno}",
                                   f"fix the line; the format is {hint}", line=lineno) from None
