@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -136,7 +137,8 @@ def res(tiny_model_dir, tmp_path_factory):
 
 
 def stand_in_spaces() -> tuple[types.ModuleType, list]:
-    """A `spaces` module whose GPU(duration=...) records what it decorates, as the real one wraps."""
+    """A `spaces` module whose GPU(duration=...) records what it decorates and wraps it as the real
+    one does on ZeroGPU, whose worker pickles the result back to the server (here: a round trip)."""
     calls = []
 
     def GPU(task=None, *, duration=None, size=None):  # noqa: N802 (spaces' name)
@@ -145,7 +147,7 @@ def stand_in_spaces() -> tuple[types.ModuleType, list]:
 
             @functools.wraps(fn)
             def on_gpu(*args, **kwargs):
-                return fn(*args, **kwargs)
+                return pickle.loads(pickle.dumps(fn(*args, **kwargs)))
             on_gpu.zerogpu_duration = duration
             return on_gpu
         return decorate(task) if callable(task) else decorate
@@ -182,6 +184,11 @@ def test_app_builds_with_a_stand_in_spaces_model_bound_handlers_decorated(res, m
     plain = handlers(app.build_app(res))
     a, b = fns["primer_model"]("Velmora is a city."), plain["primer_model"]("Velmora is a city.")
     assert a[2] == b[2] and a[3] == b[3]  # the summary and the decay profile
+    # a Compose click's outputs cross the worker boundary (pickled) as they are
+    query = res.corpus.samples[0].query
+    a = fns["compose"](query, "", 2, [], True, 4, progress=lambda *a, **k: None)
+    b = plain["compose"](query, "", 2, [], True, 4, progress=lambda *a, **k: None)
+    assert a[0] == b[0] and a[6]["contexts"] == b[6]["contexts"]
 
 
 def test_returns_cpu_moves_every_tensor_out_and_keeps_generators(monkeypatch):
