@@ -231,7 +231,7 @@ def test_gpu_checks_its_duration_and_is_a_no_op_without_spaces(monkeypatch):
 
 def test_on_zerogpu_needs_both_the_package_and_the_variable(monkeypatch):
     spaces, _ = stand_in_spaces()
-    for module, variable, expected in ((spaces, "1", True), (spaces, "", False), (None, "1", False)):
+    for module, variable, expected in ((spaces, "1", True), (spaces, "true", True), (spaces, "", False), (spaces, "false", False), (None, "1", False)):
         monkeypatch.setitem(sys.modules, "spaces", module)
         monkeypatch.setenv("SPACES_ZERO_GPU", variable)
         assert gpu_module.on_zerogpu() is expected

@@ -37,7 +37,7 @@ def on_zerogpu() -> bool:
     """True on a ZeroGPU Space (the `spaces` package and its SPACES_ZERO_GPU variable): there, the
     model's cuda device has no GPU outside a `gpu`-decorated handler, so work done at start-up (a
     warm-up, a precomputed default) must run on the CPU or be left to the first click."""
-    return bool(os.environ.get("SPACES_ZERO_GPU")) and zerogpu_module() is not None
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true", "yes") and zerogpu_module() is not None
 
 
 def gpu(duration: int | Callable[..., int]) -> Callable[[Callable], Callable]:
