@@ -252,9 +252,9 @@ def test_nothing_uses_torch_compile():
     assert not hits
 
 
-def test_the_zerogpu_entry_point_encodes_every_state_on_the_cpu_first(prepared, tiny_model_dir, tmp_path, monkeypatch):
+def test_the_zerogpu_entry_point_precomputes_on_the_cpu_first(prepared, tiny_model_dir, tmp_path, monkeypatch):
     """On ZeroGPU (SPACES_ZERO_GPU set, `spaces` importable) the entry point puts the model on cuda and
-    first encodes every context on the CPU, with app.py's own flags."""
+    first encodes every context and builds the tour on the CPU, with app.py's own flags."""
     spaces, _ = stand_in_spaces()
     monkeypatch.setitem(sys.modules, "spaces", spaces)
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("PICASO_")}
@@ -270,10 +270,12 @@ def test_the_zerogpu_entry_point_encodes_every_state_on_the_cpu_first(prepared, 
         return load_resources(*args, **kw, embedder=BagOfWords(), log=lambda msg: None)
 
     monkeypatch.setattr(launcher, "load_resources", load)
+    monkeypatch.setattr(launcher, "build_tour", lambda r: seen.update(tour=str(next(r.model.parameters()).device),
+                                                                      tour_cache=r.cache_dir))
     corpus = write_corpus(tmp_path / "c.jsonl")
     argv = ["--model", str(tiny_model_dir), "--corpus", str(corpus), "--cache-dir", str(tmp_path / "cache")]
-    launcher.encode_on_cpu(argv)
-    assert seen == {"device": "cpu", "encode_all": True}
+    launcher.precompute_on_cpu(argv)
+    assert seen == {"device": "cpu", "encode_all": True, "tour": "cpu", "tour_cache": tmp_path / "cache"}
     a = app.parse_args(argv, {})
     again = load_resources(a.model, a.corpus, cache_dir=a.cache_dir, embedder=BagOfWords(), log=lambda msg: None)
     assert len(again.store) == len(again.database) > 0

@@ -7,7 +7,8 @@
 
 zerogpu and docker: OUT holds app.py, picaso_core/, assets/, the kind's requirements.txt and a
 README.md whose front matter is the Space's card (cards.py); docker adds the Dockerfile; zerogpu
-adds its entry point (space_app.py), which encodes every context's state on the CPU before serving,
+adds its entry point (space_app.py), which encodes every context's state (and the tour's results)
+on the CPU before serving,
 since a state encoded inside ZeroGPU's forked GPU worker would not reach the server process's store
 (or ships a prebuilt store: --store). static: the tour's pages (picaso_core.ui.tour.export_static)
 and the card.
@@ -51,20 +52,24 @@ if os.path.isfile(os.path.join(HERE, "store", "store.json")):  # prepare --store
 
 import app  # noqa: E402
 from picaso_core.ui.resources import load_resources  # noqa: E402
+from picaso_core.ui.tour import build as build_tour  # noqa: E402
 
 
-def encode_on_cpu(argv: list[str]) -> None:
-    """Encode every context's state on the CPU before serving (once: the store keeps them; the demo's
-    837 take ~40 s on 2 cores). On ZeroGPU a click runs in a forked worker, and a state it encoded
-    would stay in that worker: the server process would encode it again on every click."""
+def precompute_on_cpu(argv: list[str]) -> None:
+    """Before serving, on the CPU: every context's state (the demo's 837: ~40 s on 2 cores) and the
+    guided tour's results (~80 s), each kept on disk, so done once. On ZeroGPU a click runs in a
+    forked worker, and a state it encoded would stay in that worker (the server process would encode
+    it again on every click); the app would build the tour in a background thread, where ZeroGPU
+    lends no GPU."""
     a = app.parse_args(argv)
-    load_resources(a.model, a.corpus, a.split, a.cache_dir, a.max_tokens, a.max_contexts, "cpu", encode_all=True,
-                   database=a.database, store=a.store, dtype=a.dtype)
+    res = load_resources(a.model, a.corpus, a.split, a.cache_dir, a.max_tokens, a.max_contexts, "cpu",
+                         encode_all=True, database=a.database, store=a.store, dtype=a.dtype)
+    build_tour(res)
 
 
 if __name__ == "__main__":
     if ZEROGPU:
-        encode_on_cpu(sys.argv[1:])
+        precompute_on_cpu(sys.argv[1:])
     app.main()
 '''
 
