@@ -111,3 +111,23 @@ def test_the_tabs_export_handler_writes_what_is_on_screen(tmp_path):
     choices = dict((v, k) for k, v in _export_choices("soup", [plot], [table, table]))
     assert list(choices)[0] == "projector" and {"table:0", "table:1", "plot:0"} <= set(choices)
     assert choices["plot:0"] == "Plot · Skill map (HTML)" and choices["table:1"] == "Table · Runs (CSV)"
+
+
+def test_projector_export_of_the_soup_map_on_screen(tiny_model_dir, tmp_path):
+    """The State soup tab's map (the tiny model's skill library) exported: one vectors row per point
+    on the map, the metadata file one more (its header), each row's task the map's."""
+    from picaso_core.ui.resources import load_resources
+    from picaso_core.ui.soup_handlers import soup_map
+    from test_app import write_corpus
+    from test_retrieval import BagOfWords
+
+    res = load_resources(str(tiny_model_dir), str(write_corpus(tmp_path / "facts.jsonl")), cache_dir=tmp_path / "c",
+                         embedder=BagOfWords(), log=lambda s: None)
+    *_, data, _, _ = soup_map(res, layer=1, part="ssm", method="pca", dim=2)
+    vec_path, meta_path = sorted(export_files(res, "soup", "projector", [], [], data), reverse=True)
+    assert vec_path.endswith("soup_layer1_ssm_vectors.tsv") and meta_path.endswith("soup_layer1_ssm_metadata.tsv")
+    vectors = [line.split("\t") for line in open(vec_path).read().strip("\n").split("\n")]
+    meta = list(csv.reader(open(meta_path), delimiter="\t"))
+    assert len(vectors) == len(data["coords"]) and len(meta) == len(data["coords"]) + 1
+    assert meta[0] == ["task", "layer", "shots"] and [m[0] for m in meta[1:]] == data["tasks"]
+    assert {m[1] for m in meta[1:]} == {"1"} and len({len(v) for v in vectors}) == 1 and len(vectors[0]) > 2
