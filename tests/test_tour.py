@@ -235,3 +235,23 @@ def test_tour_step_endpoint_through_gradio_client(tour_app):
         assert time.perf_counter() - t < 1.0
         assert out["cached"] is True and out["title"] == STEPS[n - 1].title and out["tab"] == STEPS[n - 1].tab
         assert set(out) >= {"title", "tab", "inputs", "text", "cached", "seconds"}
+
+
+def test_a_missing_cache_is_built_in_the_background_and_the_step_says_so(tour_res, fake_runners, tmp_path,
+                                                                          monkeypatch):
+    import threading
+
+    gate = threading.Event()
+    slow = fake_view("slow")
+    monkeypatch.setitem(tour_runs.RUNNERS, STEPS[1].run, lambda res, memo=None, **kw: gate.wait(30) and slow(res, memo, **kw))
+    thread = tour.ensure_built(tour_res, tmp_path)
+    assert thread is not None and tour.ensure_built(tour_res, tmp_path) is thread  # one build per cache file
+    deadline = time.monotonic() + 10
+    while 1 not in tour.load_cache(tour_res, tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    step, view, meta = tour.show(tour_res, 2, cache_dir=tmp_path)  # step 2 waits at the gate
+    assert meta["cached"] is False and f"precomputed in the background (1 of {len(STEPS)} steps ready)" in view.text
+    assert tour.show(tour_res, 1, cache_dir=tmp_path)[2]["cached"] is True  # ready ones are served meanwhile
+    gate.set()
+    thread.join(30)
+    assert len(tour.load_cache(tour_res, tmp_path)) == len(STEPS) and tour.ensure_built(tour_res, tmp_path) is None
