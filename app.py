@@ -7,7 +7,8 @@
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
 line): PICASO_MODEL, PICASO_CORPUS, PICASO_DATABASE, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
 PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_DTYPE, PICASO_ENCODE_ALL, PICASO_STORE, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
-over its variable.
+over its variable. Serving many visitors (--workers, --queue-size, --max-sessions, --compose-cache-mb;
+PICASO_WORKERS, PICASO_QUEUE_SIZE, PICASO_MAX_SESSIONS, PICASO_COMPOSE_CACHE_MB): docs/serving.md.
 
 The model, corpus, state store and retriever load once (picaso_core.ui.resources) and are shared
 read-only by every user; per-user data lives in gr.State inside the tabs. Each tab is a module of
@@ -28,6 +29,7 @@ from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose
 from picaso_core.ui import tour, tour_ui
 from picaso_core.ui.layout import CSS, JS, THEME, header
 from picaso_core.ui.tour_links import tab_key
+from picaso_core.ui import serving
 from picaso_core.ui import code
 from picaso_core.ui.resources import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources,
                                       fault_message, load_resources)
@@ -47,6 +49,7 @@ def build_app(res: Resources) -> gr.Blocks:
                     tab.render(res)
                     tour_ui.render_exports(res, key, blocks[key])
         tour_ui.wire(demo, res, talk, tabs, blocks)
+    serving.lazy_figures(demo)  # prebuilt figures come with the page's load, not inside /config
     return demo
 
 
@@ -82,7 +85,20 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
     p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT") or env.get("PORT") or 7860),
                    help="[GRADIO_SERVER_PORT or PORT]")
+    serve = serving.settings(env)  # serving on a bigger machine: docs/serving.md
+    p.add_argument("--workers", type=int, default=serve["workers"],
+                   help="model-bound jobs run at once, all tabs together (2 cores: 2) [PICASO_WORKERS]")
+    p.add_argument("--queue-size", type=int, default=serve["queue_size"],
+                   help="jobs waiting at most; the next is refused at once with 'busy' (0: no bound) [PICASO_QUEUE_SIZE]")
+    p.add_argument("--max-sessions", type=int, default=serve["max_sessions"],
+                   help="visitor sessions whose state is kept (the oldest goes first) [PICASO_MAX_SESSIONS]")
+    p.add_argument("--compose-cache-mb", type=float, default=serve["cache_mb"],
+                   help="memory for composed states kept between clicks (0: none) [PICASO_COMPOSE_CACHE_MB]")
     args = p.parse_args(argv)
+    try:
+        serving.check(args.workers, args.queue_size, args.max_sessions, args.compose_cache_mb)
+    except ValueError as e:
+        p.error(str(e))
     if args.corpus is None and args.database is None:
         args.corpus = "demo"
     return args
@@ -108,10 +124,11 @@ def main(argv: list[str] | None = None) -> None:
     tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    # Each event sets its own concurrency_limit (Compose: 2, see compose_tab.CONCURRENCY);
-    # events that set none run one at a time, gradio's default.
-    demo.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS,
-                                                   js=JS, show_error=True)
+    serving.in_background(compose_tab.warm, res)  # the example every visitor clicks first, scored ahead
+    # one pool of --workers for every model-bound event, a queue of --queue-size (picaso_core.ui.serving)
+    limits = serving.serve(demo, workers=args.workers, queue_size=args.queue_size, max_sessions=args.max_sessions,
+                           cache_mb=args.compose_cache_mb)
+    demo.launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=JS, show_error=True, **limits)
 
 
 if __name__ == "__main__":

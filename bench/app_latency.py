@@ -12,7 +12,7 @@
 2. Store build: encode every context of the corpus into a fresh folder, batched (what
    `app.py --encode-all` does), as contexts / s and tokens / s; the retriever's embedding time
    without the embeddings the demo ships (what a corpus without them pays once); reopening.
-3. Concurrency (--concurrency 1,2,4): for each per-event limit (PICASO_COMPOSE_CONCURRENCY), a fresh
+3. Concurrency (--concurrency 1,2,4): for each size of the model pool (app.py --workers), a fresh
    app; the same 10 /compose calls (10 corpus queries, k contexts) one after another, then from 10
    clients at once: wall time of each and their ratio, and the wait of a light call (k=1, nothing
    generated) sent while the 10 heavy ones are queued. Run in one process, side by side; the ratios
@@ -21,6 +21,7 @@ Prints a table and writes JSON to bench/out/app_latency.json (--out), and to --j
 
     python bench/app_latency.py --concurrency 1,2,4 --skip-build    # only the concurrency comparison
     python bench/app_latency.py --compose-only --calls 10           # only the clicks (target <= 0.5 s)
+    python bench/app_latency.py --compose-only --warm --calls 12    # clicks on stored contexts, then repeated (cached)
     python bench/app_latency.py --device cuda                       # the app on a GPU (PICASO_DEVICE)
 """
 
@@ -64,8 +65,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(model_name: str, corpus: str, split: str, cache: Path, timeout: float, env: dict | None = None):
-    """Start app.py on a free port; returns (process, url, seconds until it served, log file)."""
+def launch(model_name: str, corpus: str, split: str, cache: Path, timeout: float, env: dict | None = None,
+           extra: list[str] = ()):
+    """Start app.py on a free port (extra: more app.py flags); returns (process, url, seconds until
+    it served, log file)."""
     from gradio_client import Client
 
     port = free_port()
@@ -73,7 +76,7 @@ def launch(model_name: str, corpus: str, split: str, cache: Path, timeout: float
     t = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "app.py"), "--model", model_name, "--corpus", corpus, "--split", split,
-         "--cache-dir", str(cache), "--port", str(port)],
+         "--cache-dir", str(cache), "--port", str(port), *extra],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )
     url = f"http://127.0.0.1:{port}/"
@@ -108,7 +111,7 @@ def bench_concurrency(model_name: str, corpus: str, split: str, cache: Path, k: 
     from picaso_core.data import load_corpus
 
     samples = load_corpus(corpus, split).samples[:clients]
-    proc, url, _, log = launch(model_name, corpus, split, cache, timeout, {"PICASO_COMPOSE_CONCURRENCY": str(limit)})
+    proc, url, _, log = launch(model_name, corpus, split, cache, timeout, {"PICASO_WORKERS": str(limit), "PICASO_QUEUE_SIZE": "0"})
     try:
         pool = [Client(url, verbose=False) for _ in range(clients + 1)]
         ask = [dict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id, api_name="/compose")
@@ -182,13 +185,14 @@ def bench_build(model_name: str, corpus: str, split: str, cache: Path, device: s
             "reopen_and_load_5_s": reopen_s}
 
 
-def bench_compose(model_name: str, corpus: str, split: str, cache: Path, k: int, calls: int, timeout: float) -> dict:
+def bench_compose(model_name: str, corpus: str, split: str, cache: Path, k: int, calls: int, timeout: float,
+                  warm: bool = False) -> dict:
     from gradio_client import Client
 
     from picaso_core.data import load_corpus
 
     samples = [s for s in load_corpus(corpus, split).samples][: calls + 1]
-    proc, url, startup_s, log = launch(model_name, corpus, split, cache, timeout)
+    proc, url, startup_s, log = launch(model_name, corpus, split, cache, timeout, extra=["--encode-all"] if warm else [])
     try:
         client = Client(url, verbose=False)
         times = []
@@ -199,8 +203,16 @@ def bench_compose(model_name: str, corpus: str, split: str, cache: Path, k: int,
             times.append(time.perf_counter() - t0)
         warmup, times = times[0], times[1:]  # the first call also encodes its contexts, first forwards
         methods = [row[0] for row in out[2]["data"]]
+        repeat = []  # the same clicks again: served from the scored-run cache
+        for s in samples[1:]:
+            t0 = time.perf_counter()
+            client.predict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id, api_name="/compose")
+            repeat.append(time.perf_counter() - t0)
+        stats = client.predict(api_name="/cache_stats")
         return {"k": k, "calls": len(times), "startup_s": startup_s, "warmup_s": warmup,
-                "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "methods": methods}
+                "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "methods": methods,
+                "cached_median_s": statistics.median(repeat), "cached_max_s": max(repeat),
+                "cache_hit_rate": stats["hit_rate"], "results_hit_rate": stats["results"]["hit_rate"]}
     finally:
         stop(proc, log)
 
@@ -220,6 +232,8 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=10, help="simultaneous clients for --concurrency")
     p.add_argument("--skip-build", action="store_true", help="skip the cold start and store build (parts 1-2)")
     p.add_argument("--compose-only", action="store_true", help="only part 1 (start and /compose clicks)")
+    p.add_argument("--warm", action="store_true", help="part 1 with every context stored first (app.py --encode-all): "
+                   "the clicks compose and score, nothing is encoded; the start-up then includes the encoding")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "app_latency.json"))
     args = parse(p)
     os.environ["PICASO_DEVICE"] = args.device  # app.py's --device default; launch() passes the environment
@@ -230,7 +244,8 @@ def main() -> None:
         model = str(make_tiny_model(tmp / "tiny_model")) if args.tiny else args.model
         if not args.skip_build:
             (tmp / "cold").mkdir()
-            compose = bench_compose(model, args.corpus, args.split, tmp / "cold", args.k, args.calls, args.timeout)
+            compose = bench_compose(model, args.corpus, args.split, tmp / "cold", args.k, args.calls, args.timeout,
+                                    args.warm)
             build = None if args.compose_only else bench_build(model, args.corpus, args.split, tmp / "build",
                                                                args.device)
         for limit in [int(x) for x in args.concurrency.split(",") if x]:
@@ -254,6 +269,8 @@ def main() -> None:
           f"first call {compose['warmup_s']:.2f} s (encodes its {args.k} contexts)")
     print(f"/compose k={args.k}  median {compose['median_s']:.2f} s  (min {compose['min_s']:.2f}, max {compose['max_s']:.2f}, "
           f"{compose['calls']} calls; targets < 3 s and <= 0.5 s)   methods: {', '.join(compose['methods'])}")
+    print(f"the same clicks again (scored-run cache)  median {compose['cached_median_s']:.3f} s  "
+          f"(max {compose['cached_max_s']:.3f}; target <= 0.1 s)")
     if build is None:
         return save(args, result)
     print(f"encode all    {build['contexts']} contexts, {build['tokens']} tokens in {build['build_s']:.2f} s: "

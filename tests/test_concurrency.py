@@ -1,7 +1,7 @@
 """Ten simultaneous /compose clients: each gets its own answer, none errs.
 
 The model, store and retriever are shared read-only by the requests that the queue runs at once
-(compose_tab.CONCURRENCY). Each client sends its own query; its answer must be the one a lone call
+(the model pool, --workers). Each client sends its own query; its answer must be the one a lone call
 gives (same contexts, same losses, same generations), so no request sees another's data.
 """
 
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from picaso_core.ui import compose_tab
+from picaso_core.ui import serving
 from test_app import app_url  # noqa: F401  (the launched app, shared with test_app.py)
 
 CLIENTS = 10
@@ -19,7 +19,7 @@ QUERIES = [f"{subject} {verb}" for subject in ("Velmora", "Tarrix", "Brandor", "
            for verb in ("was founded by", "is known for")]
 
 
-def test_compose_event_runs_with_the_measured_concurrency(tiny_model_dir, tmp_path):
+def test_compose_event_runs_in_the_model_pool(tiny_model_dir, tmp_path):
     import app
     from picaso_core.ui.resources import load_resources
     from test_app import write_corpus
@@ -28,7 +28,8 @@ def test_compose_event_runs_with_the_measured_concurrency(tiny_model_dir, tmp_pa
     res = load_resources(str(tiny_model_dir), str(write_corpus(tmp_path / "facts.jsonl")), cache_dir=tmp_path / "c",
                          embedder=BagOfWords(), log=lambda msg: None)
     fn = next(f for f in app.build_app(res).fns.values() if f.api_name == "compose")
-    assert fn.concurrency_limit == compose_tab.CONCURRENCY >= 2
+    # the app's one model pool, sized by the queue (--workers, picaso_core.ui.serving)
+    assert fn.concurrency_id == serving.POOL and fn.concurrency_limit == "default"
 
 
 def test_ten_concurrent_clients_each_get_their_own_answer(app_url):  # noqa: F811

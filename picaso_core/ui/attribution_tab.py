@@ -22,7 +22,9 @@ from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, id_list, text, whole_number
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import count_slider, note
+from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.serving import LIGHT, MODEL
 
 TITLE = "Attribution"
 MAX_CONTEXTS = 10  # the app's context limit: at most this many contexts per attribution request
@@ -95,11 +97,8 @@ def limits(res: Resources) -> list[str]:
 
 
 def example_choices(res: Resources) -> list[tuple[str, str]]:
-    return [(f"{s.sample_id} · {_clip(s.query.replace(chr(10), ' '), 70)}", s.sample_id) for s in qa_samples(res)]
-
-
-def context_choices(res: Resources) -> list[tuple[str, str]]:
-    return [(f"{cid} · {_clip(text, 60)}", cid) for cid, text in res.database.items()]
+    return [(f"{s.sample_id} · {_clip(s.query.replace(chr(10), ' '), 70)}", s.sample_id)
+            for s in qa_samples(res)[:EXAMPLES_SHOWN]]
 
 
 def pick_example(res: Resources, sample_id: str | None) -> tuple[str, str, list[str]]:
@@ -402,8 +401,8 @@ def render(res: Resources) -> None:
                 answer = gr.Textbox("", label="Answer to attribute", lines=2, scale=4, elem_id="attribution-answer",
                                     info="empty: the model's own answer from the PICASO-R composition")
                 gen = gr.Button("Model's answer", scale=1, elem_id="attribution-generate")
-            picked = gr.Dropdown(context_choices(res), value=[], multiselect=True, label="Contexts, in order",
-                                 info=f"empty: retrieve the top k (at most {MAX_CONTEXTS})", elem_id="attribution-contexts")
+            picked = context_picker(res, label="Contexts, in order", elem_id="attribution-contexts",
+                                    info=f"empty: retrieve the top k (at most {MAX_CONTEXTS})")
             k = count_slider(1, min(MAX_CONTEXTS, len(res.database)), 5, label="k: contexts to retrieve when none are picked")
             methods = gr.CheckboxGroup([(NAMES[m], m) for m in METHODS], value=list(METHODS), label="Methods")
             run = gr.Button("Attribute", variant="primary", elem_id="attribution-run")
@@ -445,9 +444,10 @@ def render(res: Resources) -> None:
         """Precision of each attribution method over the labelled examples (paper table 4)."""
         return run_precision(res, n_samples, methods, progress)
 
-    example.change(lambda sid: pick_example(res, sid), example, [query, answer, picked], api_visibility="private")
+    example.change(lambda sid: pick_example(res, sid), example, [query, answer, picked], api_visibility="private",
+                   **LIGHT)
     gr.context.Context.root_block.load(lambda sid: pick_example(res, sid), example, [query, answer, picked],
-                                       api_visibility="private")
+                                       api_visibility="private", **LIGHT)
     @gpu(duration=20)
     def generate_endpoint(query, k=5, contexts=None):
         """The model's own greedy answer from the PICASO-R composition of the contexts."""
@@ -456,9 +456,9 @@ def render(res: Resources) -> None:
     # preprocess=False: the handlers check the raw inputs (picaso_core.ui.errors), one short message
     # and one log line per rejected input
     gen.click(generate_endpoint, [query, k, picked], answer, api_name="generate_answer", preprocess=False,
-              concurrency_limit=2)
+              **MODEL)
     gr.on([run.click, query.submit], attribute_endpoint, [query, answer, k, picked, methods, example],
           [order, summary, bars, heat, tokens, py, cl, data], api_name="attribute", preprocess=False,
-          concurrency_limit=2)
+          **MODEL)
     prec_run.click(precision_endpoint, [n_samples, methods], [prec_table, prec_fig, prec_md, prec_data],
-                   api_name="attribution_precision", preprocess=False, concurrency_limit=1)
+                   api_name="attribution_precision", preprocess=False, **MODEL)

@@ -26,6 +26,7 @@ from picaso_core.ui.errors import bad_input, choice, id_list, text, whole_number
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.serving import MODEL
 
 TITLE = "Benchmarks"
 SHIPPED = ASSETS / "benchmarks_summary.json"
@@ -239,4 +240,4 @@ def render(res: Resources) -> None:
         yield from run_live(res, samples, ks, methods, retriever, progress)
 
     run.click(benchmarks, [samples, ks, methods, retriever], [live_loss, live_time, status, data, py, cl],
-              api_name="benchmarks", preprocess=False, concurrency_limit=1, show_progress="minimal")  # figures stay visible as they update
+              api_name="benchmarks", preprocess=False, show_progress="minimal", **MODEL)  # figures stay visible as they update

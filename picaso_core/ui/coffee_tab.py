@@ -28,6 +28,7 @@ from picaso_core.plots.coffee import NAMES, curves_figure, ih0_figure
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, whole_number
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.serving import LIGHT, MODEL
 
 TITLE = "COFFEE lab"
 # the run table's columns (shown empty before a run, not as gradio's "1 2 3")
@@ -353,13 +354,13 @@ def render(res: Resources | None = None) -> None:
     # Run clicked before that. Served here, the stopped run ends at its next turn like a finished one,
     # and a Run clicked meanwhile starts right after it ("always_last").
     run.click(coffee_train, ins, [loss_plot, acc_plot, status, table, data, py, cl], api_name="coffee_train",
-                   preprocess=False, concurrency_limit=2, concurrency_id="coffee-train", show_progress="minimal",
+                   preprocess=False, show_progress="minimal", **MODEL,
                    trigger_mode="always_last")
 
     def coffee_stop(request: gr.Request):
         stop_run(getattr(request, "session_hash", "") or "")
 
-    stop.click(coffee_stop, None, None, api_visibility="private", concurrency_limit=None)
+    stop.click(coffee_stop, None, None, api_visibility="private", **LIGHT)
     ih0_btn.click(coffee_ih0, [ih0_steps, ih0_train], [ih0_plot, ih0_md, ih0_data], api_name="coffee_ih0",
-                  preprocess=False, concurrency_limit=2, concurrency_id="coffee-ih0")
-    gr.on(None, lambda: coffee_ih0(200, "embedding"), None, [ih0_plot, ih0_md, ih0_data], api_visibility="private")
+                  preprocess=False, **MODEL)
+    gr.on(None, lambda: coffee_ih0(200, "embedding"), None, [ih0_plot, ih0_md, ih0_data], api_visibility="private", **MODEL)

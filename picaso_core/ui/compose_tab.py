@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
 from dataclasses import dataclass, replace
 
 import gradio as gr
@@ -28,6 +27,9 @@ from picaso_core.ui.finetune_tab import SHIPPED_DIR as FINETUNED_DIR
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
+from picaso_core.ui.serving import (FIGURES, HISTORY_ROWS, LIGHT, MODEL, cache_stats, memo, retrieve,
+                                    run_methods_cached)
 
 TITLE = "Compose & compare"
 # The example the tab opens on: the demo question whose CASO / PICASO generations stop at EOS
@@ -35,18 +37,13 @@ TITLE = "Compose & compare"
 DEFAULT_EXAMPLE = "demo-test-r0003"
 K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate beyond
 MAX_NEW_TOKENS = 64
-EXAMPLES_SHOWN = 300  # corpus examples offered in the picker
 ENDPOINT = "/compose"
 DEFAULTS = dict(k=5, contexts=[], most_relevant_last=True, max_new_tokens=24, example=None, model="base")  # the API's defaults
 MODELS = (("base model", "base"), ("fine-tuned (BPTC)", "bptc"))  # model choice (the BPTC model: finetune_tab)
-# Requests served at once (gradio's per-event concurrency_limit; PICASO_COMPOSE_CONCURRENCY overrides).
-# 2 lets a light request start while a heavy one runs; the model is shared read-only (forward and
-# generate keep no state on the module; the store's ensure is locked; the Rust tokenizer's encode
-# takes &self), and 10 concurrent clients get exactly their serial answers (tests/test_concurrency.py).
-# Chosen from `python bench/app_latency.py --concurrency 1,2,4 --skip-build` (demo, 2 cores, k = 5):
-# 10 clients at once vs the same 10 calls in series took x0.99 at limit 1, x0.90 at 2, x1.18 at 4
-# (two requests keep both cores busy; four oversubscribe them).
-CONCURRENCY = int(os.environ.get("PICASO_COMPOSE_CONCURRENCY", 2))
+# /compose runs in the app's one model pool (picaso_core.ui.serving): the model is shared read-only
+# (forward and generate keep no state on the module; the store's ensure is locked; the Rust
+# tokenizer's encode takes &self), and 10 concurrent clients get exactly their serial answers
+# (tests/test_concurrency.py).
 
 # (method id in picaso_core.analysis.evaluate, label, one line for the legend, colour)
 METHODS = (
@@ -65,7 +62,9 @@ TABLE_NOTE = (
     "Compose: time to build the state the query starts from (state methods: arithmetic on stored "
     "states; Concat and PICConcat-R: forward passes over the context tokens). Process: time to read "
     "the query and score the continuation from that state (all methods are scored in one batched call, "
-    "its time split evenly). Encoding the contexts into the store is done once, ahead, and charged to no method."
+    "its time split evenly). Encoding the contexts into the store is done once, ahead, and charged to no method. "
+    "State: whether this click composed the state (and why it was not cached) or took it from the cache of "
+    "composed states; Compose is then the time it took when it was composed."
 )
 NO_CONTINUATION_NOTE = (
     "No expected continuation given, so there is nothing to score: the loss columns are empty and "
@@ -105,10 +104,6 @@ def example_choices(res: Resources) -> list[tuple[str, str]]:
     return [(f"{s.sample_id} · {_clip(s.query, 80)}", s.sample_id) for s in res.corpus.samples[:EXAMPLES_SHOWN]]
 
 
-def context_choices(res: Resources) -> list[tuple[str, str]]:
-    return [(f"{cid} · {_clip(text, 60)}", cid) for cid, text in res.database.items()]
-
-
 def pick_example(res: Resources, sample_id: str | None) -> tuple[str, str]:
     """Query and continuation of a corpus example (for the two text boxes)."""
     if not sample_id:
@@ -141,7 +136,7 @@ def choose_contexts(
         from picaso_core.retrieval.rankers import own_passages  # a QA example (MS MARCO) ranks only its own passages
         hits = (own_passages(res.retriever, query, sample.context_ids, k, best_last=most_relevant_last)
                 if sample is not None and sample.kind == "qa" and sample.contexts else
-                res.retriever.retrieve(query, k, exclude=sample.exclude_ids if sample else (), best_last=most_relevant_last))
+                retrieve(res.retriever, query, k, sample.exclude_ids if sample else (), most_relevant_last))
     return [Context(cid, res.text(cid), res.num_tokens(cid), score, cid in gold) for cid, score in hits]
 
 
@@ -163,8 +158,6 @@ def run_compose(
     longer than `res.max_tokens` tokens in total. Inputs may be raw API payloads (the event runs
     with preprocess=False), so every one is checked here.
     """
-    from picaso_core.analysis.evaluate import run_methods
-
     query, continuation = text("query", query, ENDPOINT), text("continuation", continuation, ENDPOINT)
     if not query.strip():
         raise bad_input("Type a query, or pick an example from the corpus.", ENDPOINT)
@@ -194,16 +187,10 @@ def run_compose(
             f"The {len(contexts)} contexts hold {total} tokens; this app composes at most {res.max_tokens}. "
             "Lower k or pick shorter contexts (or start the app with a larger --max-tokens).", ENDPOINT
         )
-    ids = [c.cid for c in contexts]
-    new = sum(cid not in res.store for cid in ids)
-    progress(0.15, desc=f"encoding {new} new contexts into the store" if new else f"loading {len(ids)} stored states")
-    states = res.states(ids)
-    context_ids = [res.token_ids(cid) for cid in ids]
-    progress(0.3, desc=f"composing with {len(METHODS)} methods, generating {max_new_tokens} tokens each")
-    results = run_methods(
-        res.model, query_ids, continuation_ids, context_ids, context_states=states,
-        methods=tuple(m for m, *_ in METHODS), generate_tokens=max_new_tokens, seed=0,
-    )
+    # through the composed-state and scored-run caches (picaso_core.ui.serving); each result's note
+    # says whether its state came from the cache
+    results = run_methods_cached(res, query_ids, continuation_ids, [c.cid for c in contexts],
+                                 tuple(m for m, *_ in METHODS), max_new_tokens, progress)
     progress(1.0, desc="done")
     if not scored:
         results = [replace(r, loss=float("nan"), ppl=float("nan")) for r in results]
@@ -225,7 +212,8 @@ def contexts_html(contexts: list[Context]) -> str:
     return '<div class="px-order">' + '<span class="px-arrow">→</span>'.join(cards) + "</div>"
 
 
-RESULT_COLUMNS = ["Method", "Loss", "Perplexity", "Compose (ms)", "Process (ms)"]
+RESULT_COLUMNS = ["Method", "Loss", "Perplexity", "Compose (ms)", "State", "Process (ms)"]
+CACHE_NOTES = ("state from cache", "composed (", "results from cache")  # run_methods_cached's notes
 
 
 def results_table(results) -> pd.DataFrame:
@@ -236,6 +224,7 @@ def results_table(results) -> pd.DataFrame:
             "Loss": _num(r.loss, 3),
             "Perplexity": _num(r.ppl, 2),
             "Compose (ms)": round(r.compose_s * 1e3, 2),
+            "State": r.note if r.note.startswith(CACHE_NOTES) else "",
             "Process (ms)": round(r.process_s * 1e3, 2),
         })
     return pd.DataFrame(rows, columns=RESULT_COLUMNS)
@@ -328,7 +317,7 @@ def compose(
     ctxs, results, scored = run_compose(
         res, query, continuation, k, contexts, most_relevant_last, max_new_tokens, example, progress
     )
-    history = (history or []) + [history_row(query, ctxs, results, scored)]
+    history = ((history or []) + [history_row(query, ctxs, results, scored)])[-HISTORY_ROWS:]  # bounded per session
     # run_compose has checked the inputs; the snippets repeat the run's own values
     picked = bool(contexts)
     run = dict(query=query, continuation=continuation or "", k=DEFAULTS["k"] if picked else len(ctxs),
@@ -338,7 +327,8 @@ def compose(
         contexts_html(ctxs),
         summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query))),
         results_table(results),
-        results_plot(results, scored),
+        memo(FIGURES, (scored, *((r.method, r.loss, r.compose_s, r.process_s) for r in results)),
+             lambda: results_plot(results, scored)),
         generations_html(results, res.model.tokenizer),
         pd.DataFrame(history),
         results_data(res, query, continuation or "", ctxs, results, scored),
@@ -346,6 +336,15 @@ def compose(
         api_snippet(run),
         history,
     )
+
+
+def warm(res: Resources) -> None:
+    """Score the example the tab opens on with the default settings, so that the scored-run cache
+    serves the first visitor's click (app.py runs this in the background at start-up)."""
+    ids = [s.sample_id for s in res.corpus.samples[:EXAMPLES_SHOWN]]
+    if ids:
+        sid = DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in ids else ids[0]
+        compose(res, *pick_example(res, sid), DEFAULTS["k"], [], True, DEFAULTS["max_new_tokens"], sid)
 
 
 def results_data(res: Resources, query: str, continuation: str, contexts: list[Context], results, scored: bool) -> dict:
@@ -448,8 +447,8 @@ def render(res: Resources) -> None:
                 most_relevant_last = gr.Checkbox(value=True, label="Most relevant last",
                                                  info="next to the query, the paper's best order for Concat")
             with gr.Accordion("Pick contexts by hand", open=False):
-                picked = gr.Dropdown(context_choices(res), value=[], multiselect=True, label="Contexts, in order",
-                                     info="when set, used instead of retrieval, in the order picked")
+                picked = context_picker(res, label="Contexts, in order", elem_id="compose-contexts",
+                                        info="when set, used instead of retrieval, in the order picked")
             max_new_tokens = gr.Slider(0, MAX_NEW_TOKENS, value=24, step=1, label="Tokens to generate per method")
             model_choice = gr.Radio(list(MODELS), value="base", label="Model", elem_id="compose-model",
                                     info="the bundled BPTC fine-tune learned to use composed states (Fine-tuning tab)",
@@ -486,14 +485,15 @@ def render(res: Resources) -> None:
 
     # filling two text boxes is instant: no queue slot to wait for
     example.change(lambda sid: pick_example(res, sid), example, [query, continuation], api_visibility="private",
-                   concurrency_limit=None)
+                   **LIGHT)
     # the tab opens on an example (its query stays empty at build time, so /compose's query has no
     # default): the main button gives a result with the defaults, not "Type a query"
     gr.context.Context.root_block.load(lambda sid: pick_example(res, sid), example, [query, continuation],
-                                       api_visibility="private")
+                                       api_visibility="private", **LIGHT)
     gr.on(
         [run.click, query.submit], compose_endpoint,
         [query, continuation, k, picked, most_relevant_last, max_new_tokens, example, history, model_choice],
         [order, summary, table, plot, gens, history_table, data, py_code, client_code, history],
-        api_name="compose", preprocess=False, concurrency_limit=CONCURRENCY,
+        api_name="compose", preprocess=False, **MODEL,
     )
+    gr.api(cache_stats, api_name="cache_stats", **LIGHT)

@@ -32,6 +32,7 @@ from picaso_core.ui.errors import bad_input, whole_number
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.serving import LIGHT, MODEL
 
 TITLE = "Fine-tuning"
 SHIPPED_DIR = ASSETS / "demo_model_bptc"
@@ -335,5 +336,5 @@ def render(res: Resources) -> None:
     # preprocess=False: run_live checks the raw inputs (errors.py), so a bad one gets a message naming the fix;
     # concurrency 2: a second caller gets the 'already running' message instead of waiting in the queue
     start.click(finetune, [objective, steps, k_max, lr], [status, curve, bars, data, py, cl], api_name="finetune",
-                preprocess=False, concurrency_limit=2, show_progress="minimal")
-    stop.click(cancel, None, status, api_name="finetune_cancel", concurrency_limit=None)
+                preprocess=False, show_progress="minimal", **MODEL)
+    stop.click(cancel, None, status, api_name="finetune_cancel", **LIGHT)

@@ -29,6 +29,7 @@ from picaso_core.ui.errors import bad_input, choice, text, whole_number
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.serving import LIGHT, MODEL
 
 TITLE = "Loss landscape"
 ENDPOINT = "/landscape"
@@ -38,7 +39,7 @@ K = 3  # contexts per sample: fig. 2's planes go through three states
 STEPS, STEPS_MIN, STEPS_MAX = 21, 5, 41
 MARGIN = 0.25
 PAIRS = {"u2-u3": (1, 2), "u1-u2": (0, 1), "u1-u3": (0, 2)}  # 0-based; u3 is the most relevant (last)
-EXAMPLES_SHOWN = 200
+EXAMPLES_SHOWN = 40  # a page must not grow with the corpus (docs/serving.md)
 SHIPPED = ASSETS / "demo_data" / "landscape_default.json"
 CACHE_VERSION = "landscape/1"
 EXPLAIN = (  # "first / second", not "left / right": below ~1000 px the planes stack
@@ -335,7 +336,7 @@ def render(res: Resources) -> None:
         soup, caso, _ = figures(d, view)
         return soup, caso
 
-    gr.on(None, show_default, [], outs, api_visibility="private", concurrency_limit=1, concurrency_id="landscape")
+    gr.on(None, show_default, [], outs, api_visibility="private", **MODEL)
     run.click(landscape_endpoint, [sample, steps, pair, view], outs, api_name="landscape", preprocess=False,
-              concurrency_limit=1, concurrency_id="landscape")
-    view.change(rerender, [view, data], [soup_plot, caso_plot], api_visibility="private")
+              **MODEL)
+    view.change(rerender, [view, data], [soup_plot, caso_plot], api_visibility="private", **LIGHT)

@@ -30,6 +30,7 @@ from picaso_core.ui.errors import bad_input, flag, text, whole_number
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import count_slider
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.serving import LIGHT, MODEL
 
 TITLE = "Primer"
 DEFAULT_TEXT = ("Velmora is a city on the river Quell. It was founded in 1423 by Osric Dallen, "
@@ -360,18 +361,18 @@ def render(res: Resources) -> None:
         return (*lti(), *selective(), *model_view(res), *attention_view(res))
 
     gr.on(None, show_defaults, [], lti_outs + [selective_plot, selective_data] + model_outs + att_outs,
-          api_visibility="private")
+          api_visibility="private", **MODEL)
     gr.on([s.change for s in (magnitude, phase, N, T)], primer_lti, [magnitude, phase, N, T], lti_outs,
-          api_name="primer_lti", **live)
+          api_name="primer_lti", **live, **LIGHT)
     selectivity.change(primer_selective, [selectivity], [selective_plot, selective_data], api_name="primer_selective",
-                       **live)
+                       **live, **LIGHT)
     # Read text: the model view, then (once it succeeded) the attention view, so that a rejected text
     # shows one toast, not the same message twice
     # (the named event first: a second event of the same function would take its api name)
     gr.on([layer.change, head.change], primer_attention, [text_box, layer, head], att_outs,
-          api_name="primer_attention", **live)
+          api_name="primer_attention", **live, **MODEL)
     gr.on([read.click, text_box.submit], primer_model, [text_box], model_outs, api_name="primer_model",
-          preprocess=False).success(lambda *a: primer_attention(*a), [text_box, layer, head], att_outs,
-                                    api_visibility="private", **live)
+          preprocess=False, **MODEL).success(lambda *a: primer_attention(*a), [text_box, layer, head], att_outs,
+                                    api_visibility="private", **live, **MODEL)
     measure.click(primer_complexity, [lengths, one_thread], cx_outs, api_name="primer_complexity", preprocess=False,
-                  concurrency_limit=1, concurrency_id="primer_measure")
+                  **MODEL)

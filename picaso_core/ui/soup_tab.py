@@ -22,6 +22,7 @@ from picaso_core.ui.code import show_code
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.serving import MODEL
 from picaso_core.ui.soup_handlers import (DEFAULT_ANSWERS, DEFAULT_METHOD, DEFAULT_PROMPT, MIX_COLUMNS, TASK_A, TASK_B,
                                           decay, decay_limits, mixing, retrieval_curve, retrieve, soup_map,
                                           two_task, two_task_columns)
@@ -157,24 +158,22 @@ def render(res: Resources) -> None:
 
     map_out = [fig, quality, summary, retrieved, map_data, py_code, client_code]
     map_in = [layer, part, method, dim, demos, top]
-    run.click(map_endpoint, map_in, map_out, api_name="soup_map", preprocess=False,
-              concurrency_limit=2, concurrency_id="soup-map")
+    run.click(map_endpoint, map_in, map_out, api_name="soup_map", preprocess=False, **MODEL)
     place.click(place_endpoint, map_in, map_out, api_visibility="private",
-                preprocess=False, concurrency_limit=2, concurrency_id="soup-map")
+                preprocess=False, **MODEL)
     gr.on([layer.release, part.change, method.change, dim.change], map_endpoint, map_in, map_out,
-          api_visibility="private", preprocess=False, concurrency_limit=2, concurrency_id="soup-map",
-          trigger_mode="always_last")
+          api_visibility="private", preprocess=False, trigger_mode="always_last", **MODEL)
     # API only: a hidden button carries the /soup_retrieve endpoint
     hidden = gr.Button(visible=False)
     hidden.click(retrieve_endpoint, [demos, layer, part, top], [retrieved, map_data], api_name="soup_retrieve",
-                 preprocess=False, concurrency_limit=2, concurrency_id="soup-map")
+                 preprocess=False, **MODEL)
     curves.click(retrieval_endpoint, [queries, curves_part], [ret_fig, ret_summary, ret_data, py_code, client_code],
-                 api_name="soup_retrieval", preprocess=False, concurrency_limit=1, concurrency_id="soup-heavy").then(
+                 api_name="soup_retrieval", preprocess=False, **MODEL).then(
         mixing_endpoint, [queries], [mix_fig, mix_summary, mix_table, mix_data, py_code, client_code],
-        api_name="soup_mixing", preprocess=False, concurrency_limit=1, concurrency_id="soup-heavy")
+        api_name="soup_mixing", preprocess=False, **MODEL)
     gr.on([mix2.click, w.release], two_task_endpoint, [task_a, task_b, prompt, answers, w],
           [two_fig, two_summary, two_table, two_data, py_code, client_code], api_name="soup_two_task",
-          preprocess=False, concurrency_limit=2, trigger_mode="always_last")
+          preprocess=False, trigger_mode="always_last", **MODEL)
     decay_run.click(decay_endpoint, [chunk_tokens, documents],
                     [decay_fig, decay_summary, decay_table, decay_data, py_code, client_code], api_name="soup_decay",
-                    preprocess=False, concurrency_limit=1, concurrency_id="soup-heavy")
+                    preprocess=False, **MODEL)

@@ -1,0 +1,217 @@
+"""How the app serves many visitors on a few cores: one pool for the model-bound events, a bounded
+queue that refuses at once when full, bounded per-session memory, and the composed-state cache.
+
+Every event of the app is either MODEL (runs in the one shared pool, `concurrency_id="model"`,
+whose size is the queue's default concurrency limit: `--workers`) or LIGHT (no limit: filling a
+text box, a status line, a search). So however many tabs visitors use at once, at most `workers`
+model-bound jobs share the cores. The queue holds at most `--queue-size` waiting events; the next
+one is refused at once (HTTP 503: the browser says the app is busy, gradio_client raises
+QueueError) instead of waiting minutes. Settings: docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import threading
+import time
+
+from dataclasses import replace
+
+from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
+
+POOL = "model"
+MODEL = dict(concurrency_limit="default", concurrency_id=POOL)  # the shared pool, sized by queue()
+LIGHT = dict(concurrency_limit=None)  # no model work: never waits behind one
+BUSY = "busy, try again in a minute"
+DEFAULT_WORKERS = 2  # 2 cores: see docs/serving.md for the measurement
+DEFAULT_QUEUE_SIZE = 16  # waiting events; at ~0.5 s a job and 2 workers: a few seconds' wait at most
+DEFAULT_SESSIONS = 200  # sessions whose state (history, per-session config) the server keeps
+HISTORY_ROWS = 20  # rows of a session's run history kept
+LIGHT_THREADS = 6  # handler threads beyond the pool's, for light events
+
+CACHE = ComposeCache(int(float(os.environ.get("PICASO_COMPOSE_CACHE_MB", DEFAULT_BUDGET / 2**20)) * 2**20))
+RESULTS = ResultCache(64)  # scored runs: a repeated click, the example every visitor opens on
+FROM_RESULTS = "results from cache"
+
+
+def settings(env: dict[str, str] | None = None) -> dict:
+    """The serving settings from the environment (app.py's flags override them)."""
+    env = dict(os.environ if env is None else env)
+    return dict(workers=int(env.get("PICASO_WORKERS") or DEFAULT_WORKERS),
+                queue_size=int(env.get("PICASO_QUEUE_SIZE") or DEFAULT_QUEUE_SIZE),
+                max_sessions=int(env.get("PICASO_MAX_SESSIONS") or DEFAULT_SESSIONS),
+                cache_mb=float(env.get("PICASO_COMPOSE_CACHE_MB") or DEFAULT_BUDGET / 2**20))
+
+
+def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float) -> None:
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    if queue_size < 0:
+        raise ValueError(f"--queue-size must be 0 (no bound) or more, got {queue_size}")
+    if max_sessions < 1:
+        raise ValueError(f"--max-sessions must be at least 1, got {max_sessions}")
+    if cache_mb < 0:
+        raise ValueError(f"--compose-cache-mb must be 0 (no cache) or more, got {cache_mb}")
+
+
+def serve(demo, *, workers: int, queue_size: int, max_sessions: int, cache_mb: float | None = None):
+    """Queue `demo` with one model pool of `workers`, at most `queue_size` waiting events (0: no
+    bound) refused with BUSY beyond, and at most `max_sessions` sessions' state kept. Returns the
+    launch() keyword arguments that go with it."""
+    check(workers, queue_size, max_sessions, 0 if cache_mb is None else cache_mb)
+    if cache_mb is not None:
+        CACHE.budget = int(cache_mb * 2**20)
+    demo.queue(default_concurrency_limit=workers, max_size=queue_size or None)
+    _say_busy(demo._queue)
+    tune_allocator()
+    in_background(_trim_every, TRIM_EVERY_S)
+    demo.delete_cache = (600, 3600)  # temporary files (uploads, outputs) older than an hour, checked every 10 min
+    # a new session costs a copy of the page's config (~100s of kB): without a bound, every
+    # gradio_client or page load that never comes back is kept for good
+    # threads that run handlers: the pool's plus a few for light events. Each new thread that runs
+    # torch gets its own OpenMP team and stacks, so gradio's default of 40 let the resident memory
+    # creep up for as long as new threads kept being started
+    return dict(state_session_capacity=max_sessions, max_threads=workers + LIGHT_THREADS)
+
+
+def in_background(fn, *args) -> threading.Thread:
+    """Run fn(*args) in a daemon thread; a failure is logged, never raised (a warm-up is optional)."""
+    def run():
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001
+            logging.getLogger(__name__).warning("%s failed: %s", getattr(fn, "__name__", fn), e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def lazy_figures(demo) -> int:
+    """Send the page's prebuilt figures (shipped benchmarks, curves, ...) with a load event instead
+    of inside /config: the config is what every gradio_client downloads and what Gradio copies for
+    every session, and these figures were most of it. Returns how many figures moved."""
+    import gradio as gr
+
+    plots = [b for b in demo.blocks.values() if isinstance(b, gr.Plot) and b.value is not None]
+    if not plots:
+        return 0
+    values = tuple(b.value for b in plots)
+    for b in plots:
+        b.value = None
+    with demo:
+        demo.load(lambda: values, None, plots, api_visibility="private", show_progress="hidden", **LIGHT)
+    return len(plots)
+
+
+def _say_busy(queue) -> None:
+    """Name the refusal (HTTP 503's detail) in words a visitor acts on."""
+    push = queue.push
+
+    async def push_or_busy(*args, **kwargs):
+        ok, detail, status = await push(*args, **kwargs)
+        return (ok, BUSY, status) if status == "queue_full" else (ok, detail, status)
+
+    queue.push = push_or_busy
+
+
+_TRIM = threading.Lock()
+TRIM_EVERY_S = float(os.environ.get("PICASO_TRIM_SECONDS") or 10)  # a soak measures with 1
+
+
+def _trim_every(seconds: float) -> None:
+    while True:
+        time.sleep(seconds)
+        trim()
+
+
+def tune_allocator() -> None:
+    """glibc only: at most 2 malloc arenas (each worker thread would get its own, and freed tensor
+    memory stays in it, so resident memory grows with the threads that ever ran a job)."""
+    libc = _libc()
+    if libc is not None:
+        libc.mallopt(-8, 2)  # M_ARENA_MAX
+
+
+def trim() -> None:
+    """Hand freed heap pages back to the OS (glibc malloc_trim): the resident memory of an idle
+    server returns to what it holds, not to its peak."""
+    libc = _libc()
+    if libc is not None and _TRIM.acquire(blocking=False):
+        try:
+            libc.malloc_trim(0)
+        finally:
+            _TRIM.release()
+
+
+def _libc():
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+def cache_stats() -> dict:
+    """The composed-state cache's counters: hits, misses, hit_rate, bytes, entries, evictions and
+    miss reasons, per method and in total; the byte budget; and the scored-run cache's."""
+    return {**CACHE.stats(), "results": RESULTS.stats()}
+
+
+RETRIEVALS = ResultCache(256)  # (retriever, query, k, exclusions, order) -> hits: a query embedding each
+FIGURES = ResultCache(64)  # a run's figure by its figures (the plot of a repeated click)
+
+
+def memo(cache: ResultCache, key, make):
+    """cache's value for key, made (and kept) by make() on a miss."""
+    out = cache.get(key)
+    if out is None:
+        out = make()
+        cache.put(key, out)
+    return out
+
+
+def retrieve(retriever, query: str, k: int, exclude=(), best_last: bool = True) -> list:
+    """retriever.retrieve, remembered: a repeated click does not embed its query again."""
+    return memo(RETRIEVALS, (id(retriever), query, k, tuple(exclude), best_last),
+                lambda: retriever.retrieve(query, k, exclude=exclude, best_last=best_last))
+
+
+def store_fingerprint(res) -> str:
+    """What the stored states depend on besides the model: which store, and the text appended to
+    each context before encoding."""
+    return f"{res.store.url}|{res.store.suffix!r}"
+
+
+def run_methods_cached(res, query_ids: list[int], continuation_ids: list[int], ids: list[str], methods,
+                       max_new_tokens: int, progress=lambda *a, **kw: None) -> list:
+    """`run_methods` for contexts `ids` of `res`, through the caches: a run scored before (same
+    model, store, tokens, contexts in order, tokens to generate) comes back as it was; otherwise
+    each method's state comes from CACHE where its key allows. Each result's `note` says which:
+    "state from cache", "composed (<why it missed>)" or FROM_RESULTS. Compose times are the
+    methods' own (measured when the state was composed), so the table compares the methods
+    whether or not this click recomposed them."""
+    from picaso_core.analysis.evaluate import run_methods
+
+    fps = dict(model_fp=res.model.fingerprint(), store_fp=store_fingerprint(res))
+    key = (fps["model_fp"], fps["store_fp"], tuple(query_ids), tuple(continuation_ids), tuple(ids),
+           tuple(methods), int(max_new_tokens))
+    hit = RESULTS.get(key)
+    if hit is not None:
+        return [replace(r, note=FROM_RESULTS) for r in hit]
+    new = sum(cid not in res.store for cid in ids)
+    progress(0.15, desc=f"encoding {new} new contexts into the store" if new else f"loading {len(ids)} stored states")
+    states = res.states(ids)
+    context_ids = [res.token_ids(cid) for cid in ids]
+    progress(0.3, desc=f"composing with {len(methods)} methods, generating {max_new_tokens} tokens each")
+    built, looked = cached_states(CACHE, res.model, methods, ids, context_ids, states, **fps)
+    results = run_methods(res.model, query_ids, continuation_ids, context_ids, context_states=states,
+                          methods=methods, generate_tokens=max_new_tokens, seed=0, prebuilt=built)
+    results = [replace(r, compose_s=looked[r.method].compose_s, note=looked[r.method].label)
+               if r.method in looked else r for r in results]
+    RESULTS.put(key, results)
+    return results
