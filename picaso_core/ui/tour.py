@@ -128,7 +128,7 @@ def compute(res: Resources, n: int, memo: dict | None = None) -> dict:
     t = time.perf_counter()
     try:
         view = RUNNERS[step.run](res, memo, **resolve(res, step.tab, step.inputs))
-    except Exception as e:  # noqa: BLE001  (a view this corpus or model cannot give: said on the step, kept)
+    except Exception as e:  # a view this corpus or model cannot give: said on the step, and kept
         if type(e).__name__ != "Error":  # gr.Error: the tab's own one-line message
             log.warning("tour step %s (%s) failed: %s: %s", n, step.title, type(e).__name__, e)
         msg = getattr(e, "message", None) or str(e)
@@ -186,7 +186,7 @@ def ensure_built(res: Resources, cache_dir: str | Path | None = None) -> threadi
         def run():
             try:
                 build(res, cache_dir, log=lambda s: None)
-            except Exception as e:  # noqa: BLE001  (a failed step leaves the others cached; the bar says why)
+            except Exception as e:  # a failed step leaves the others cached; the bar says why
                 status["error"] = f"{type(e).__name__}: {e}"
 
         status["thread"] = thread = threading.Thread(target=run, name="tour-build", daemon=True)

@@ -87,7 +87,7 @@ def compose_none_vs_concat(res: Resources, memo=None, **inputs) -> View:
 def compose_methods(res: Resources, memo=None, **inputs) -> View:
     from picaso_core.ui import compose_tab as C
 
-    ctxs, by, results, scored = _compose(res, memo, **inputs)
+    _, by, results, scored = _compose(res, memo, **inputs)
     state = [m for m in ("soup", "caso", "picaso_s", "picaso_r") if m in by]
     best = min(state, key=lambda m: by[m].loss)
     text = (f"**Look at** the state methods against Concat ({by['concat'].loss:.3f}): the plain mean of states "
@@ -140,7 +140,7 @@ def compose_finetuned(res: Resources, memo=None, **inputs) -> View:
     if res.model_name != "demo" or not (SHIPPED_DIR / "config.json").is_file():
         return View("The bundled fine-tuned model goes with the demo model only: this step needs `--model demo`.")
     _, base, _, _ = _compose(res, memo, **{**inputs, "model": "base"})
-    _, tuned, results, scored = _compose(res, memo, **{**inputs, "model": "bptc"})
+    _, tuned, _, _ = _compose(res, memo, **{**inputs, "model": "bptc"})
     rows = [{"Method": C.LABEL[m], "Base": round(base[m].loss, 3), "Fine-tuned (BPTC)": round(tuned[m].loss, 3)}
             for m in base]
     table = pd.DataFrame(rows)
@@ -148,7 +148,7 @@ def compose_finetuned(res: Resources, memo=None, **inputs) -> View:
     fig.update_layout(barmode="group", height=380, template="plotly_white", margin=dict(l=40, r=20, t=60, b=40),
                       title="Continuation loss, base vs fine-tuned to compose",
                       legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
-    gap = lambda r: r["picaso_r"].loss - r["concat"].loss  # noqa: E731
+    gap = lambda r: r["picaso_r"].loss - r["concat"].loss
     text = (f"**Look at** PICASO-R against Concat: the base model's gap is **{gap(base):+.3f}** nats, the model "
             f"fine-tuned to compose states (BPTC, Fine-tuning tab) has **{gap(tuned):+.3f}** "
             f"(PICASO-R {base['picaso_r'].loss:.3f} → {tuned['picaso_r'].loss:.3f}).")
@@ -173,7 +173,7 @@ def soup_two_task(res: Resources, memo=None, w=0.5, **_) -> View:
 def landscape(res: Resources, memo=None, sample="average", steps=21, pair="u2-u3", view="contour", **_) -> View:
     from picaso_core.ui.landscape_tab import landscape as run
 
-    summary, soup, caso, line, prop4, *_ = run(res, sample, steps, pair, view)
+    summary, soup, caso, _line, prop4, *_ = run(res, sample, steps, pair, view)
     return View(summary, [soup, caso], [("Distances and losses (prop. 4)", prop4)])
 
 
@@ -188,8 +188,8 @@ def attribution(res: Resources, memo=None, example=None, k=5, **_) -> View:
 def primer(res: Resources, memo=None, magnitude=0.9, phase=20, selectivity=1.0, **_) -> View:
     from picaso_core.ui.primer_tab import lti, selective
 
-    kernel, eigen, md, *_ = lti(magnitude, phase)
-    sel, d = selective(selectivity)
+    _kernel, eigen, md, *_ = lti(magnitude, phase)
+    sel, _ = selective(selectivity)
     return View(md + " **Below**, a static Δ forgets at one rate, a selective Δ decides per input what to keep.",
                 [eigen, sel])
 
@@ -198,7 +198,7 @@ def coffee(res: Resources, memo=None, task="ih", steps=300, seconds=6, **_) -> V
     from picaso_core.ui.coffee_tab import train_live
 
     *_, last = train_live(task=task, steps=steps, seconds=seconds)
-    loss, acc, status, table, *_ = last
+    _loss, acc, status, table, *_ = last
     return View(status, [acc], [("This run vs the paper", table)])
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
-from gradio.components.plot import PlotData
 import plotly.graph_objects as go
 import plotly.io as pio
+from gradio.components.plot import PlotData
 
 from picaso_core.ui import tour
 from picaso_core.ui.export import figure_html, landscape_csv, projector_tsv, table_csv
