@@ -281,6 +281,28 @@ def test_a_request_on_a_corrupt_writable_store_heals_it(served, setup, caplog):
     assert_equals_clean(setup, folder)
 
 
+def test_requests_that_meet_one_corrupt_shard_at_once_repair_it_once(served, setup, caplog):
+    import threading
+
+    res, folder = served
+    damage(folder, "flip")
+    ids, barrier, got = list(res.store.ids), threading.Barrier(4), []
+
+    def request():
+        barrier.wait()
+        got.append(len(res.states(ids)))
+
+    threads = [threading.Thread(target=request) for _ in range(4)]
+    with caplog.at_level("WARNING", logger="picaso_explorer"):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert got == [len(ids)] * 4
+    assert len([r for r in caplog.records if "repaired" in r.getMessage()]) == 1, [r.getMessage() for r in caplog.records]
+    assert_equals_clean(setup, folder)
+
+
 READ_ONLY_SCRIPT = textwrap.dedent('''
     import json, sys
     sys.path[:0] = [{root!r}, {tests!r}]

@@ -402,8 +402,11 @@ def heal(store: StateStore, log, verify: bool = False) -> None:
         log(f"warning: {store.url}: {len(bad)} damaged shards ({listed}); their contexts are refused until "
             f"`python -m picaso_core.store repair {store.url}` is run by the store's owner; the rest serve")
         return
-    n = sum(len(s.ids) for s in store._shards if s.file in bad)
     fixed = store.repair(progress=False)
+    if not fixed:  # another request repaired them while this one waited for the write lock
+        return
+    n = sum(len(s.ids) for s in store._shards if s.file in fixed)
+    listed = "; ".join(f"{f}: {bad.get(f) or store.damaged.get(f, 'damaged')}" for f in fixed)
     log(f"{store.url}: repaired {len(fixed)} damaged shards ({listed}): their {n} contexts re-encoded from their "
         f"stored text; the bad files were moved to {Path(store.folder) / DAMAGED}/")
 
