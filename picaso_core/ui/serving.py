@@ -99,7 +99,10 @@ def lazy_figures(demo) -> int:
     plots = [b for b in demo.blocks.values() if isinstance(b, gr.Plot) and b.value is not None]
     if not plots:
         return 0
-    values = tuple(b.value for b in plots)
+    from gradio.components.plot import PlotData
+
+    # a component keeps its value as plain data (a dict); Plot.postprocess takes a PlotData, not that
+    values = tuple(PlotData(**b.value) if isinstance(b.value, dict) else b.value for b in plots)
     for b in plots:
         b.value = None
     with demo:
