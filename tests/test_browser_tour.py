@@ -108,6 +108,9 @@ def test_walk_the_tour_with_next_and_the_arrow_keys(browser, tour_app, width):  
     browser.get(tour_app)
     start = _wait(browser, lambda d: d.find_element(By.ID, "tour-start"), 60)
     _wait(browser, lambda d: start.is_enabled(), 30)
+    # the page has loaded (its load events drew the first figures, so plotly.js is in): a speaker's
+    # first click comes after that
+    _wait(browser, lambda d: d.execute_script("return !!window.Plotly"), 60)
     first = _timed(browser, 1, start.click)  # one click from the page header
     if width == 1400:
         seconds = _walk(browser, lambda: browser.find_element(By.ID, "tour-next").click())

@@ -28,6 +28,7 @@ from picaso_core.ui.tour_runs import resolve
 
 N_FIGS = 2  # figures a step shows side by side
 BAR_ON, BAR_OFF = ["px-tour"], ["px-tour", "px-off"]  # the tour bar's classes, shown and hidden
+PLACEHOLDER = go.Figure(layout={"height": 40})
 
 
 @dataclass
@@ -61,7 +62,8 @@ def render_controls(res: Resources) -> Controls:
     large.change(None, large, None, js="(on) => { document.body.classList.toggle('px-large', on); "
                  "window.dispatchEvent(new Event('resize')); }")
     # On the page from the start and hidden by a class (px-off), not visible=False (not rendered at
-    # all): its plots load plotly.js with the page, so the first step draws at once
+    # all): its plots get an empty figure on page load (wire's restore), so plotly.js loads with the
+    # page and the first step draws at once
     with gr.Column(elem_id="tour-bar", elem_classes=BAR_OFF) as bar:
         with gr.Row(equal_height=True):
             title = gr.Markdown(elem_id="tour-title")
@@ -71,8 +73,7 @@ def render_controls(res: Resources) -> Controls:
             close = gr.Button("Close", size="sm", elem_id="tour-close", scale=0, min_width=80)
         text = gr.Markdown(elem_id="tour-text")
         with gr.Row(equal_height=False):
-            figs = [gr.Plot(go.Figure(layout=dict(height=40)), show_label=False, elem_id=f"tour-fig-{i}", min_width=420)
-                    for i in range(N_FIGS)]
+            figs = [gr.Plot(show_label=False, elem_id=f"tour-fig-{i}", min_width=420) for i in range(N_FIGS)]
         table = gr.Dataframe(interactive=False, wrap=True, elem_id="tour-table", visible=False)
     press = gr.Textbox(visible=False)
     return Controls(start, copy, link, bar, title, prev, nxt, live, close, text, figs, table, gr.State(0),
@@ -285,9 +286,11 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
             gr.Warning(f"Link: {p}")
         if step is not None:
             return [*show(step), ""]
+        # the hidden bar's plots get an empty figure: plotly.js loads with the page, not on the first step
+        blank = [PLACEHOLDER] * N_FIGS
         if key is None:
-            return [gr.skip()] * len(outs) + [""]
-        return ([gr.skip(), gr.skip(), gr.skip(), *[gr.skip()] * N_FIGS, gr.skip(), gr.skip(),
+            return [gr.skip(), gr.skip(), gr.skip(), *blank] + [gr.skip()] * (len(outs) - 3 - N_FIGS) + [""]
+        return ([gr.skip(), gr.skip(), gr.skip(), *blank, gr.skip(), gr.skip(),
                  gr.Tabs(selected=key), key, *tab_updates(key, values)] + [TABS[key].run or ""])
 
     def reapply(request: gr.Request):
