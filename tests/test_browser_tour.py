@@ -135,9 +135,14 @@ def test_step_link_and_copied_links_restore_the_view(browser, tour_app, tour_res
     from selenium.webdriver.common.by import By
 
     browser.set_window_size(1400, 1400)
-    browser.get(tour_app + "?step=5")
+    browser.get(tour_app + "?step=5&__theme=dark")
     _wait(browser, lambda d: _shown(d, 5), 30)
     assert STEPS[4].title in _title(browser)
+    # a dark page draws its plots with plotly's dark template, and every plot has a full-screen button
+    font, button = browser.execute_script(
+        "const g = document.querySelector('#tour-fig-0 .js-plotly-plot');"
+        "return [g._fullLayout.font.color, !!g.querySelector('.modebar-btn[data-title=\"Full screen\"]')]")
+    assert font.lower() == "#f2f5fa" and button  # plotly_dark's font colour
 
     # Compose: another example, k = 3, then Copy link
     browser.get(tour_app)
