@@ -12,7 +12,7 @@ import pytest
 
 from picaso_core.data import CorpusError, load_corpus
 from picaso_core.data.jsonl import MAX_LINE_BYTES
-from test_faults import app_main, exit_line  # noqa: F401  (app_main is a fixture)
+from test_faults import app_main, exit_line  # noqa: F401, F811  (app_main is a fixture)
 
 OK = {"sample_id": "s0", "query": "Velmora was founded by", "continuation": " Osric Dallen.",
       "contexts": [["c1", "Velmora was founded by Osric Dallen."], ["c2", "Its river is the Quell."]]}
@@ -86,8 +86,8 @@ def test_the_loader_names_file_line_and_fix(bad_files, name):
 
 @pytest.mark.parametrize("name", ["broken JSON", "contexts an object", "binary bytes", "empty", "missing path",
                                   "a folder", "no contexts anywhere", "query a number"])
-def test_every_entry_point_refuses_in_one_line(bad_files, name, tiny_model_dir, tmp_path, capsys, app_main,
-                                               monkeypatch):
+def test_every_entry_point_refuses_in_one_line(bad_files, name, tiny_model_dir, tmp_path, capsys,
+                                               app_main, monkeypatch):  # noqa: F811
     from picaso_core.analysis import experiments
     from picaso_core.store.cli import main as store_main
     from test_retrieval import BagOfWords
