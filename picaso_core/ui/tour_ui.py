@@ -306,7 +306,8 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
         """One step of the guided tour (1-based) as plain data: title, tab, inputs, text, cached, seconds."""
         return tour.tour_step(res, step)
 
-    gr.api(tour_step, api_name="tour_step", concurrency_limit=None)
+    # a read of the cache: answered at once, not behind the queue's model-bound jobs
+    gr.api(tour_step, api_name="tour_step", queue=False)
 
 
 # Copy the link (query string from the server) as a full address, and show it.
