@@ -373,6 +373,41 @@ def test_a_read_only_store_serves_the_contexts_it_holds(setup, tmp_path):
     assert list((tmp_path / "cache" / "stores").glob("ro-*/embeddings/*.safetensors"))  # derived: in the cache
 
 
+def test_a_build_that_must_write_into_a_read_only_store_says_so_in_one_line(setup, tmp_path):
+    folder = copy_store(setup, tmp_path)
+    for p in [folder, *folder.iterdir()]:
+        p.chmod(p.stat().st_mode & ~0o222)
+    prefix = read_only_prefix(folder) if os.geteuid() == 0 else []
+    if prefix is None:
+        pytest.skip("no read-only bind mount (unshare) nor capability drop (setpriv) here, and running as root")
+    more = tmp_path / "more.jsonl"
+    more.write_text(setup["corpus"].read_text() + json.dumps({"query": "q", "continuation": " c",
+                                                              "contexts": [["c9", "one more"]]}) + "\n")
+    p = subprocess.run([*prefix, sys.executable, "-m", "picaso_core.store", "build", "--model", setup["model_dir"],
+                        "--corpus", str(more), "--out", str(folder)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    err = message_lines(p.stderr)
+    assert p.returncode == 1 and len(err) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert err[0].startswith(f"error: cannot write {folder}") and "this account can write" in err[0]
+
+
+def test_a_write_the_disk_refuses_reads_as_a_read_only_store(served, monkeypatch):
+    """A store whose folder looks writable but whose disk refuses the write (a read-only remount,
+    a bucket mount): safetensors' own I/O error becomes the one-line refusal, not its raw text."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    res, folder = served
+
+    def refuse(tensors, path, metadata=None):
+        raise SafetensorError(f"Error while serializing: I/O error: Read-only file system (os error 30) at path {path}")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", refuse)
+    with pytest.raises(StoreError, match="^this store does not hold context 'new'; the store is read-only$"):
+        res.store.ensure([("new", "a new text")])
+    assert res.store.read_only and "new" not in res.store
+
+
 # ---- modes, derived files, the API snippet ------------------------------------------------------
 @pytest.mark.parametrize("umask", [0o022, 0o002])
 def test_shards_sidecars_and_index_get_the_same_mode(setup, tmp_path, umask):

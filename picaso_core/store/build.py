@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Sequence
 
 from picaso_core.store.format import (DAMAGED, FORMAT, META_FILE, SHARD_BYTES, StoreError, _sha256, check_dtype, is_url,
-                                      move_aside, parse_index, shard_tensors, share_mode, tqdm_progress)
+                                      move_aside, parse_index, save_shard, shard_tensors, share_mode,
+                                      tqdm_progress)
 
 # the separator the demo model saw between contexts: the app's and the experiments' CONTEXT_SUFFIX
 DEFAULT_SUFFIX = "\n\n"
@@ -108,8 +109,6 @@ class ShardEncoder:
 
     def encode(self, ids: list[str], texts: list[str]) -> dict:
         """Encode, write one shard and its sidecar; returns the sidecar."""
-        from safetensors.torch import save_file
-
         tok = self.model.tokenizer
         token_ids = [tok.encode(t + self.suffix) for t in texts]
         states = self.model.encode_contexts(token_ids, batch_size=self.batch_size)
@@ -120,8 +119,7 @@ class ShardEncoder:
         name = f"shard-{self.worker}-{hashlib.sha256(chr(0).join(ids).encode()).hexdigest()[:10]}.safetensors"
         scratch = _scratch(self.fs, self.root)
         tmp = scratch / f"{name}.{os.getpid()}.tmp"
-        save_file(tensors, str(tmp), metadata={"format": FORMAT, "fingerprint": fp, "dtype": self.dtype,
-                                               "worker": self.worker})
+        save_shard(tensors, tmp, {"format": FORMAT, "fingerprint": fp, "dtype": self.dtype, "worker": self.worker})
         share_mode(tmp)
         rec = {"file": name, "sha256": _sha256(tmp), "nbytes": tmp.stat().st_size, "ids": ids,
                "num_tokens": [len(t) for t in token_ids], "texts": [text_hash(t) for t in texts],

@@ -12,6 +12,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Sequence
 
@@ -59,6 +60,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     """The CLI: every known fault is one `error: ...` line naming the fix, exit code 1."""
     from picaso_core.data import CorpusError
+    from picaso_core.data.hub import HubError
 
     args = parse_args(argv)
     try:
@@ -66,11 +68,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
             return verify.check_cli(args.folder) if args.command == "check" else \
                 verify.repair_cli(args.folder, args.model, args.device)
         return _build_cli(args)
-    except (StoreError, CorpusError) as e:
+    except (StoreError, CorpusError, HubError) as e:
         sys.exit(f"error: {e}")
     except OSError as e:  # a folder that cannot be written: name it, no traceback
-        if e.errno not in (13, 30, 1, 28) or not e.filename:  # EACCES, EROFS, EPERM, ENOSPC
-            raise
+        if e.errno not in (errno.EACCES, errno.EROFS, errno.EPERM, errno.ENOSPC) or not e.filename:
+            raise  # a bug: its traceback
         sys.exit(f"error: cannot write {e.filename} ({e.strerror}); build into a folder this account can write, "
                  "with room for the states")
 

@@ -99,6 +99,25 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
+def save_shard(tensors: dict, path, metadata: dict) -> None:
+    """safetensors' save_file, its I/O failures raised as the OSError they are (the Rust writer
+    raises SafetensorError "I/O error: Read-only file system (os error 30)"), so every caller
+    tells a folder it cannot write from a bug the same way."""
+    import re
+
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as e:
+        code = re.search(r"os error (\d+)\)", str(e))
+        if code is None:
+            raise
+        n = int(code.group(1))
+        raise OSError(n, os.strerror(n), str(Path(path).parent)) from None
+
+
 def share_mode(path) -> None:
     """Give a finished file open()'s mode: the safetensors writer creates its files 0600, which
     would keep a store built by one account from the account that serves it."""

@@ -17,7 +17,8 @@ from typing import Iterable
 
 from picaso_core.engine.state import ContextState
 from picaso_core.store.format import (FORMAT, META_FILE, SHARD_BYTES, Progress, StoreError, _atomic_write_text, _sha256,
-                                      check_dtype, move_aside, shard_tensors, share_mode, tqdm_progress)
+                                      check_dtype, move_aside, save_shard, shard_tensors, share_mode,
+                                      tqdm_progress)
 
 # what a write into a read-only mount, or into another account's folder, fails with
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -129,14 +130,12 @@ class StoreWriter:
         return [cid for cid, _ in items]
 
     def _write_shard(self, cids: list[str], states: list[ContextState], index: int | None = None) -> int:
-        from safetensors.torch import save_file
-
         tensors = shard_tensors(cids, states, self.model.config.state_shapes(), self.dtype)
         index = len(self._shards) if index is None else index
         name = f"shard-{index:05d}.safetensors"
         path = self.folder / name
         tmp = path.with_name(name + ".tmp")
-        save_file(tensors, str(tmp), metadata={"format": FORMAT, "fingerprint": self.fingerprint, "dtype": self.dtype})
+        save_shard(tensors, tmp, {"format": FORMAT, "fingerprint": self.fingerprint, "dtype": self.dtype})
         share_mode(tmp)
         os.replace(tmp, path)
         shard = _Shard(file=name, sha256=_sha256(path), nbytes=path.stat().st_size, ids=list(cids))
