@@ -5,6 +5,7 @@ same queries repeat is a leak (or allocator retention); a serving app must stay 
     python bench/soak.py                                  # demo: 20 serial calls, then 6 rounds of 100 from 20 clients
     python bench/soak.py --rounds 20 --calls 100          # the 2,000-call soak (bound: +50 MB over the last 1,000)
     python bench/soak.py --app-env MALLOC_ARENA_MAX=2     # the app under an environment setting
+    python bench/soak.py --clients 5 --rounds 1 --calls 60 --serial 0 --queries 60 --app-args=--encode-all  # load
     python bench/soak.py --url http://127.0.0.1:7860/ --pid 1234   # an app already running
 
 Half of the clients (--new-sessions) open a fresh gradio_client session for every call (a visitor
@@ -54,7 +55,7 @@ def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, 
     time.sleep(settle)
     rss.append(rss_mb(pid))
     progress(f"start {rss[0]:.0f} MB, after {serial} serial calls {rss[1]:.0f} MB")
-    latencies, failures = [], []
+    latencies, failures, busy_s = [], [], 0.0
     for r in range(rounds):
         todo = iter(range(calls))
         lock = threading.Lock()
@@ -80,6 +81,7 @@ def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, 
         for th in threads:
             th.join()
         took = time.perf_counter() - t0
+        busy_s += took
         time.sleep(settle)
         rss.append(rss_mb(pid))
         progress(f"round {r + 1}/{rounds}: {calls} calls in {took:.1f} s, RSS {rss[-1]:.0f} MB")
@@ -91,6 +93,7 @@ def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, 
             "growth_last_half_mb": round(rss[-1] - rss[2 + half - 1] if rounds > 1 else 0.0, 1),
             "growth_per_call_last_half_kb": round(1024 * (rss[-1] - rss[2 + half - 1]) / max(1, (rounds - half) * calls), 1)
             if rounds > 1 else 0.0,
+            "throughput_per_s": round(len(latencies) / busy_s, 3) if busy_s else None,
             "median_s": statistics.median(latencies) if latencies else None,
             "p95_s": sorted(latencies)[int(0.95 * (len(latencies) - 1))] if latencies else None}
 
@@ -146,7 +149,8 @@ def main() -> None:
     print(f"growth over the last {out['calls'] - out['calls'] // 2} calls: {out['growth_last_half_mb']:+.1f} MB "
           f"({out['growth_per_call_last_half_kb']:+.1f} kB / call, fitted {out['slope_last_half_kb_per_call']:+.1f}); "
           f"{out['failures']} failed calls; "
-          f"latency median {out['median_s'] or 0:.2f} s, p95 {out['p95_s'] or 0:.2f} s")
+          f"latency median {out['median_s'] or 0:.2f} s, p95 {out['p95_s'] or 0:.2f} s, "
+          f"{out['throughput_per_s'] or 0:.2f} answered calls / s")
     write_json(args, out, env=env)
 
 

@@ -30,7 +30,7 @@ DEFAULT_WORKERS = 2  # 2 cores: see docs/serving.md for the measurement
 DEFAULT_QUEUE_SIZE = 16  # waiting events; at ~0.5 s a job and 2 workers: a few seconds' wait at most
 DEFAULT_SESSIONS = 200  # sessions whose state (history, per-session config) the server keeps
 HISTORY_ROWS = 20  # rows of a session's run history kept
-LIGHT_THREADS = 6  # handler threads beyond the pool's, for light events
+LIGHT_THREADS = 14  # threads beyond the pool's: light events and Gradio's own sync routes (/info)
 
 CACHE = ComposeCache(int(float(os.environ.get("PICASO_COMPOSE_CACHE_MB", DEFAULT_BUDGET / 2**20)) * 2**20))
 RESULTS = ResultCache(64)  # scored runs: a repeated click, the example every visitor opens on
