@@ -74,7 +74,7 @@ def render_controls(res: Resources) -> Controls:
         text = gr.Markdown(elem_id="tour-text")
         with gr.Row(equal_height=False):
             figs = [gr.Plot(show_label=False, elem_id=f"tour-fig-{i}", min_width=420) for i in range(N_FIGS)]
-        table = gr.Dataframe(interactive=False, wrap=True, elem_id="tour-table", visible=False)
+        table = gr.Dataframe(headers=["the step's table"], interactive=False, wrap=True, elem_id="tour-table", visible=False)
     press = gr.Textbox(visible=False)
     return Controls(start, copy, link, bar, title, prev, nxt, live, close, text, figs, table, gr.State(0),
                     gr.State("compose"), press)
