@@ -85,7 +85,10 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
     p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT") or env.get("PORT") or 7860),
                    help="[GRADIO_SERVER_PORT or PORT]")
-    serve = serving.settings(env)  # serving on a bigger machine: docs/serving.md
+    try:
+        serve = serving.settings(env)  # serving on a bigger machine: docs/serving.md
+    except ValueError as e:
+        p.error(str(e))
     p.add_argument("--workers", type=int, default=serve["workers"],
                    help="model-bound jobs run at once, all tabs together (2 cores: 2) [PICASO_WORKERS]")
     p.add_argument("--queue-size", type=int, default=serve["queue_size"],

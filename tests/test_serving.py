@@ -61,6 +61,10 @@ def test_flags_and_environment(monkeypatch):
     for bad in (["--workers", "0"], ["--queue-size", "-1"], ["--max-sessions", "0"], ["--compose-cache-mb", "-2"]):
         with pytest.raises(SystemExit):
             app.parse_args(bad, {})
+    with pytest.raises(SystemExit):
+        app.parse_args([], {"PICASO_WORKERS": "two"})
+    with pytest.raises(ValueError, match="PICASO_WORKERS='two': expected a whole number"):
+        serving.settings({"PICASO_WORKERS": "two"})
 
 
 def test_full_queue_refuses_at_once_and_the_pool_never_exceeds_its_size(res, monkeypatch):

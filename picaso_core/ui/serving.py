@@ -40,10 +40,17 @@ FROM_RESULTS = "results from cache"
 def settings(env: dict[str, str] | None = None) -> dict:
     """The serving settings from the environment (app.py's flags override them)."""
     env = dict(os.environ if env is None else env)
-    return dict(workers=int(env.get("PICASO_WORKERS") or DEFAULT_WORKERS),
-                queue_size=int(env.get("PICASO_QUEUE_SIZE") or DEFAULT_QUEUE_SIZE),
-                max_sessions=int(env.get("PICASO_MAX_SESSIONS") or DEFAULT_SESSIONS),
-                cache_mb=float(env.get("PICASO_COMPOSE_CACHE_MB") or DEFAULT_BUDGET / 2**20))
+
+    def read(name: str, kind, default):
+        try:
+            return kind(env.get(name) or default)
+        except ValueError:
+            raise ValueError(f"{name}={env[name]!r}: expected {'a whole number' if kind is int else 'a number'}") from None
+
+    return dict(workers=read("PICASO_WORKERS", int, DEFAULT_WORKERS),
+                queue_size=read("PICASO_QUEUE_SIZE", int, DEFAULT_QUEUE_SIZE),
+                max_sessions=read("PICASO_MAX_SESSIONS", int, DEFAULT_SESSIONS),
+                cache_mb=read("PICASO_COMPOSE_CACHE_MB", float, DEFAULT_BUDGET / 2**20))
 
 
 def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float) -> None:
