@@ -216,6 +216,22 @@ def test_app_and_experiments_name_a_bad_index_and_its_fix_in_one_line(setup, tmp
         assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("how", ["no such folder", "no weights"])
+def test_app_start_names_a_model_it_cannot_load_in_one_line(setup, tmp_path, capsys, app_main, how):
+    if how == "no such folder":
+        model = str(tmp_path / "no-such-checkpoint")
+    else:  # a folder with the config but not the weights
+        model = tmp_path / "ckpt"
+        model.mkdir()
+        shutil.copy(Path(setup["model_dir"]) / "config.json", model)
+    argv = app_argv(setup, tmp_path / "store", tmp_path)
+    argv[argv.index("--store"):argv.index("--store") + 2] = []
+    argv[1] = str(model)
+    line = exit_line(lambda: app_main(argv))
+    assert line.startswith(f"error: --model {model}: ") and ("'demo'" in line or "model.safetensors" in line), line
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_app_start_repairs_a_truncated_shard_and_says_so(setup, tmp_path, capsys, app_main):
     folder = copy_store(setup, tmp_path)
     name = damage(folder, "truncate")

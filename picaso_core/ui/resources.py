@@ -43,6 +43,11 @@ DEFAULT_SPLIT = "test"
 log = logging.getLogger("picaso_explorer")  # the app's log (picaso_core.ui.errors writes the same one)
 
 
+class ModelLoadError(RuntimeError):
+    """The model named at start cannot be loaded (no such folder or hub id, offline, a checkpoint
+    that does not match its config): its message names the model and the fix."""
+
+
 @dataclass
 class Resources:
     """Loaded once per process and shared by every user. Per request, only `states` writes: it adds
@@ -208,7 +213,7 @@ def fault_message(error: BaseException, cache_dir: str | Path = DEFAULT_CACHE) -
     bug, which keeps its traceback)."""
     from picaso_core.data.hub import HubError
 
-    if isinstance(error, (StoreError, CorpusError, HubError)):
+    if isinstance(error, (StoreError, CorpusError, HubError, ModelLoadError)):
         return str(error)
     if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS and error.filename:
         return (f"cannot write {error.filename} ({error.strerror}); the app writes only under --cache-dir "
@@ -252,7 +257,10 @@ def load_resources(
 
     times: dict[str, float] = {}
     t = time.perf_counter()
-    m = load_model(model, device=device, dtype=getattr(torch, dtype))
+    try:
+        m = load_model(model, device=device, dtype=getattr(torch, dtype))
+    except (FileNotFoundError, ConnectionError, ValueError) as e:  # loading's own messages name the fix
+        raise ModelLoadError(f"--model {model}: {e}") from e
     m.name_or_path = model  # recorded in the store, named when another model's store is refused
     times["model"] = time.perf_counter() - t
 
