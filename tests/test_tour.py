@@ -87,12 +87,13 @@ def test_a_changed_model_fingerprint_makes_the_cache_stale_and_it_is_rebuilt(tou
     assert tour.load_cache(tour_res, tmp_path) == {}  # never served
     step, view, meta = tour.show(tour_res, 3, cache_dir=tmp_path)
     assert meta["cached"] is False and not view.figures
-    calls = []
+    calls, runner = [], tour_runs.RUNNERS[STEPS[0].run]
     monkeypatch.setitem(tour_runs.RUNNERS, STEPS[0].run,
                         lambda res, memo=None, **kw: calls.append(1) or fake_view("again")(res, memo, **kw))
     tour.build(tour_res, tmp_path, log=lambda s: None)  # rebuilt for the new fingerprint
     assert calls and len(tour.load_cache(tour_res, tmp_path)) == len(STEPS)
     assert tour.cache_file(tour_res, tmp_path).name.endswith("0123456789abcdef.json")
+    monkeypatch.setitem(tour_runs.RUNNERS, STEPS[0].run, runner)  # the code the old file was built with
     monkeypatch.setattr(tour_res.model, "fingerprint", lambda refresh=False: fp)
     path = tour.cache_file(tour_res, tmp_path)
     assert len(tour.load_cache(tour_res, tmp_path)) == len(STEPS)  # the old model's file is still its own
@@ -114,6 +115,18 @@ def test_a_changed_corpus_or_step_definition_is_stale_too(tour_res, fake_runners
     other = type(tour_res.corpus)(tour_res.corpus.name, tour_res.corpus.split, tour_res.corpus.samples[:1],
                                   tour_res.corpus.database)
     assert tour.corpus_fingerprint(other) != tour.corpus_fingerprint(tour_res.corpus)
+
+
+def test_a_rewritten_runner_is_stale(tour_res, fake_runners, tmp_path, monkeypatch):
+    """A runner writes its step's text: new code (an upgraded app over an old cache folder) rebuilds
+    that step, the others are still served."""
+    tour.build(tour_res, tmp_path, log=lambda s: None)
+
+    def rewritten(res, memo=None, **inputs):
+        return tour_runs.View("the same step, told anew")
+
+    monkeypatch.setitem(tour_runs.RUNNERS, STEPS[2].run, rewritten)
+    assert sorted(tour.load_cache(tour_res, tmp_path)) == [n for n in range(1, len(STEPS) + 1) if n != 3]
 
 
 def test_bad_steps_are_one_line_errors(tour_res):
@@ -213,8 +226,7 @@ def tour_app(tour_res, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     for name in list(tour_runs.RUNNERS):
         mp.setitem(tour_runs.RUNNERS, name, fake_view(name))
-    tour.build(tour_res, log=lambda s: None)
-    mp.undo()
+    tour.build(tour_res, log=lambda s: None)  # the runners stay faked while it serves: their code keys the cache
     demo = app.build_app(tour_res)
     port = _free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, theme=THEME,
@@ -223,6 +235,7 @@ def tour_app(tour_res, tmp_path_factory):
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+        mp.undo()
 
 
 def test_tour_step_endpoint_through_gradio_client(tour_app):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -60,8 +61,11 @@ def cache_key(res: Resources) -> dict:
 
 
 def step_key(step: Step) -> str:
-    """A step's own definition: a changed title, tab, runner or input rebuilds that step."""
-    return hashlib.sha256(json.dumps([step.title, step.tab, step.run, step.inputs], sort_keys=True).encode()).hexdigest()[:12]
+    """A step's own definition: a changed title, tab, runner (its name or its code, which writes the
+    step's text) or input rebuilds that step."""
+    code = inspect.getsource(RUNNERS[step.run]) if step.run in RUNNERS else ""
+    return hashlib.sha256(json.dumps([step.title, step.tab, step.run, step.inputs, code],
+                                     sort_keys=True).encode()).hexdigest()[:12]
 
 
 def cache_file(res: Resources, cache_dir: str | Path | None = None) -> Path:
@@ -102,8 +106,13 @@ def _save(res: Resources, cache_dir, entries: dict[int, dict]) -> None:
     path = cache_file(res, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps({"key": cache_key(res), "steps": {str(n): e for n, e in sorted(entries.items())}}))
+    data = {"key": cache_key(res), "steps": {str(n): e for n, e in sorted(entries.items())}}
+    tmp.write_text(json.dumps(data))
     tmp.replace(path)
+    # Two saves within one tick of the file system's clock can leave the same (mtime, size): the
+    # reader's memo is given what was written rather than trusting the stamp to change.
+    st = path.stat()
+    _files[str(path)] = ((st.st_mtime_ns, st.st_size), json.loads(json.dumps(data)))
 
 
 # ---- views as plain data ----------------------------------------------------------------------

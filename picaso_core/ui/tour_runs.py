@@ -112,10 +112,14 @@ def compose_order(res: Resources, memo=None, **inputs) -> View:
                       title="Continuation loss in two orders of the same contexts",
                       legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
     d = {m: abs(b[m].loss - a[m].loss) for m in a}
+    # PICASO-S averages over all n! orders, so any reordering leaves its state unchanged; PICASO-R
+    # averages over the n rotations only, and a reversal of n > 2 contexts is not a rotation.
+    r_vs_caso = "less than" if d["picaso_r"] < d["caso"] else "no less than"
     text = (f"**Look at** the change column: the same contexts in the reverse order move CASO's loss by "
-            f"**{d['caso']:.4f}** and Concat's by {d['concat']:.4f}, PICASO-R's by **{d['picaso_r']:.4f}** and "
-            f"PICASO-S's by {d['picaso_s']:.4f}: the PICASO states are the same for every order up to rotation "
-            "(exactly the same for PICASO-S), so their loss stays.")
+            f"**{d['caso']:.4f}** and Concat's by {d['concat']:.4f}. PICASO-S averages CASO over every order, "
+            f"so its state is the same and its loss moves by {d['picaso_s']:.4f}; PICASO-R averages over the "
+            f"rotations of the order only (a reversal is not one), so it moves by **{d['picaso_r']:.4f}**, "
+            f"{r_vs_caso} CASO.")
     return View(text, [fig], [("Loss in both orders", table)])
 
 
