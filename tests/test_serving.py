@@ -4,6 +4,7 @@ memory under a (scaled) soak."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import socket
@@ -133,9 +134,17 @@ def _page_sizes(res) -> dict[str, int]:
     limits = serving.serve(demo, workers=1, queue_size=4, max_sessions=10)
     port = _free_port()
     demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **limits)
+    sizes = {}
     try:
-        return {path: len(urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=30).read())
-                for path in ("config", "gradio_api/info")}
+        for path in ("config", "gradio_api/info"):
+            sizes[path] = len(urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=30).read())
+            # what a browser or gradio_client receives: they ask for gzip
+            ask = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", headers={"Accept-Encoding": "gzip"})
+            with urllib.request.urlopen(ask, timeout=30) as r:
+                body = r.read()
+            assert r.headers.get("Content-Encoding") == "gzip" and len(gzip.decompress(body)) == sizes[path]
+            sizes[path + " (sent)"] = len(body)
+        return sizes
     finally:
         demo.close()
 
@@ -160,6 +169,7 @@ def test_pages_do_not_grow_with_the_corpus(res, tiny_model_dir, tmp_path):
     for path, size in big_sizes.items():
         assert size - small_sizes[path] < 8_000, (path, small_sizes[path], size)
     assert big_sizes["gradio_api/info"] < 200_000, big_sizes
+    assert big_sizes["config (sent)"] < 200_000 and big_sizes["gradio_api/info (sent)"] < 200_000, big_sizes
     found = [cid for _, cid in search_contexts(big, "chunk-3456")]
     assert found[:10] == [f"chunk-3456{j}" for j in range(10)] and len(found) == SHOWN  # then by similarity
     assert [cid for _, cid in search_contexts(big, "chunk-00042")][0] == "chunk-00042"

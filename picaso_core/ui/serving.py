@@ -81,7 +81,17 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, cache_mb: f
     # threads that run handlers: the pool's plus a few for light events. Each new thread that runs
     # torch gets its own OpenMP team and stacks, so gradio's default of 40 let the resident memory
     # creep up for as long as new threads kept being started
-    return dict(state_session_capacity=max_sessions, max_threads=workers + LIGHT_THREADS)
+    return dict(state_session_capacity=max_sessions, max_threads=workers + LIGHT_THREADS, app_kwargs=compressed())
+
+
+def compressed() -> dict:
+    """FastAPI arguments that gzip every response over 1 kB: the page's /config (mostly Gradio's
+    per-component metadata and the tabs' text, ~450 kB) travels as ~10% of that. Starlette leaves
+    text/event-stream (the queue's results) uncompressed, so streaming is not held back."""
+    from starlette.middleware import Middleware
+    from starlette.middleware.gzip import GZipMiddleware
+
+    return {"middleware": [Middleware(GZipMiddleware, minimum_size=1024)]}
 
 
 def in_background(fn, *args) -> threading.Thread:
