@@ -24,15 +24,13 @@ import os
 import gradio as gr
 
 from picaso_core.engine.loading import check_device
-from picaso_core.ui import (attribution_tab, benchmarks_tab, coffee_tab, compose_tab, finetune_tab, landscape_tab,
-                            primer_tab, soup_tab)
-from picaso_core.ui import tour, tour_ui
+from picaso_core.ui import (attribution_tab, benchmarks_tab, code, coffee_tab, compose_tab, finetune_tab,
+                            landscape_tab, primer_tab, serving, soup_tab, tour, tour_ui)
+from picaso_core.ui.gpu import on_zerogpu
 from picaso_core.ui.layout import CSS, JS, THEME, header
-from picaso_core.ui.tour_links import tab_key
-from picaso_core.ui import serving
-from picaso_core.ui import code
 from picaso_core.ui.resources import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources,
                                       fault_message, load_resources)
+from picaso_core.ui.tour_links import tab_key
 
 TABS = (compose_tab, soup_tab, landscape_tab, attribution_tab, benchmarks_tab, finetune_tab, primer_tab, coffee_tab)
 
@@ -127,7 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    serving.in_background(compose_tab.warm, res)  # the example every visitor clicks first, scored ahead
+    if not on_zerogpu():  # there the model runs only inside a handler lent a GPU (picaso_core.ui.gpu)
+        serving.in_background(compose_tab.warm, res)  # the example every visitor clicks first, scored ahead
     # one pool of --workers for every model-bound event, a queue of --queue-size (picaso_core.ui.serving)
     limits = serving.serve(demo, workers=args.workers, queue_size=args.queue_size, max_sessions=args.max_sessions,
                            cache_mb=args.compose_cache_mb)

@@ -23,6 +23,7 @@ from gradio.components.plot import PlotData
 from picaso_core.ui import tour
 from picaso_core.ui.export import figure_html, landscape_csv, projector_tsv, table_csv
 from picaso_core.ui.resources import Resources
+from picaso_core.ui.serving import LIGHT, MODEL
 from picaso_core.ui.tour_links import FROM_EXAMPLE, TABS, coerce, find, link_query
 from picaso_core.ui.tour_runs import resolve
 
@@ -242,8 +243,9 @@ def render_exports(res: Resources, key: str, tab_block) -> None:
         d = values[-1] if data is not None else None
         return export_files(res, key, which, list(p), list(t), d)
 
+    # serialising what is on screen: no model work, so it never waits behind the model pool
     button.click(run, [which, *plots, *tables, *([data] if data is not None else [])], files,
-             api_visibility="private", concurrency_limit=4)
+                 api_visibility="private", **LIGHT)
 
 
 # ---- wiring -------------------------------------------------------------------------------------
@@ -261,13 +263,12 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
         return [gr.update(elem_classes=BAR_ON), o["title"], o["text"], *_fig_updates(o["figures"]), _table_update(o["table"]),
                 o["n"], gr.Tabs(selected=o["tab"]), o["tab"], *tab_updates(o["tab"], o["values"])]
 
-    ev = dict(api_visibility="private", concurrency_limit=None, show_progress="minimal")
+    ev = dict(api_visibility="private", show_progress="minimal", **LIGHT)
     ui.start.click(lambda: show(1), None, outs, **ev)
     ui.next.click(lambda n: show(n + 1), ui.step, outs, **ev)
     ui.prev.click(lambda n: show(n - 1), ui.step, outs, **ev)
-    # a live run computes: it waits its turn with the model-bound work
-    ui.live.click(lambda n: show(n, live=True), ui.step, outs, api_visibility="private", concurrency_limit=1,
-                  concurrency_id="tour-live")
+    # a live run computes: it waits its turn in the model pool with the tabs' model-bound work
+    ui.live.click(lambda n: show(n, live=True), ui.step, outs, api_visibility="private", **MODEL)
     ui.close.click(lambda: gr.update(elem_classes=BAR_OFF), None, ui.bar, **ev)
     for key, block in tab_blocks.items():
         block.select(lambda k=key: k, None, ui.current, **ev)
