@@ -80,6 +80,9 @@ def test_ih0_learns_and_animates():
     assert len(fig.frames) == 5 and len(fig.data) == 2 + 8    # regions, embeddings, one curve per sequence
     with pytest.raises(gr.Error, match="train must be"):
         coffee_tab.ih0_run(10, "nothing")
+    # what every page load shows: this seeded run, trained once per process
+    shown = coffee_tab.default_ih0()
+    assert shown is coffee_tab.default_ih0() and shown[1] == md and shown[2]["states"] == t["states"]
 
 
 def test_paper_table_lists_every_table():
