@@ -215,3 +215,13 @@ def test_every_table_shows_its_column_names_at_start(user_res):
     placeholder = [(t.elem_id or t.label, t.value["headers"]) for t in tables
                    if not t.value["headers"] or all(str(h).isdigit() for h in t.value["headers"])]
     assert not placeholder, f"tables with no column names at start: {placeholder}"
+
+
+def test_the_start_up_warm_click_scores_a_corpus_smaller_than_the_default_k(user_res):
+    """app.py scores the Compose tab's opening example at start; with 3 contexts (fewer than the
+    default k = 5) that is not a rejected input, it scores them all."""
+    from picaso_core.ui import compose_tab
+
+    _, res = user_res
+    assert len(res.database) < compose_tab.DEFAULTS["k"]
+    compose_tab.warm(res)  # raises gr.Error for an input the tab would refuse

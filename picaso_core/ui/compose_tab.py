@@ -3,8 +3,7 @@ stored states, and compare continuation loss, time and generations side by side.
 
 Handlers are plain functions at the top (tested without a server); `render` lays the tab out and
 wires them. The API endpoint `/compose` takes `query` (required) and optional settings, so it can
-be scripted with gradio_client:
-    Client(url).predict(query="...", k=5, api_name="/compose")
+be scripted with gradio_client: Client(url).predict(query="...", k=5, api_name="/compose")
 Every output is named (view_api); `results` is the run as plain data (a dict). The event runs with
 preprocess=False: `compose` checks the raw inputs itself (picaso_core.ui.errors), so a bad input
 gets one short message naming the fix and one line in the server log.
@@ -342,9 +341,10 @@ def warm(res: Resources) -> None:
     """Score the example the tab opens on with the default settings, so that the scored-run cache
     serves the first visitor's click (app.py runs this in the background at start-up)."""
     ids = [s.sample_id for s in res.corpus.samples[:EXAMPLES_SHOWN]]
-    if ids:
-        sid = DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in ids else ids[0]
-        compose(res, *pick_example(res, sid), DEFAULTS["k"], [], True, DEFAULTS["max_new_tokens"], sid)
+    sid = DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in ids else ids[0] if ids else None
+    k = min(DEFAULTS["k"], len(res.database))  # a corpus smaller than the default k is not an error
+    if sid is not None:
+        compose(res, *pick_example(res, sid), k, [], True, DEFAULTS["max_new_tokens"], sid)
 
 
 def results_data(res: Resources, query: str, continuation: str, contexts: list[Context], results, scored: bool) -> dict:
