@@ -31,7 +31,7 @@ def res(tiny_model_dir, tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setattr(soup_lab, "WARM_UMAP", False)
     folder = tmp_path_factory.mktemp("cache") / "corpus"
     return types.SimpleNamespace(model=load_model(str(tiny_model_dir)), model_name="tiny",
-                                 store=types.SimpleNamespace(folder=str(folder)), database={})
+                                 store=types.SimpleNamespace(folder=str(folder)), cache_dir=folder.parent, database={})
 
 
 def _rows(gens, losses):
@@ -57,7 +57,7 @@ def test_default_two_skill_demo_shows_what_its_text_says_on_the_demo_model(tmp_p
     at w = 0 and A's at w = 1, and the summary says exactly where it switches and which answer never wins."""
     model = load_model("demo")
     demo = types.SimpleNamespace(model=model, model_name="demo", store=types.SimpleNamespace(folder=str(tmp_path / "c")),
-                                 database={})
+                                 cache_dir=tmp_path, database={})
     assert soup_handlers.DEFAULT_PROMPT == "door →" and soup_handlers.DEFAULT_ANSWERS.split("\n") == ["porte", "doors", "portes"]
     fig, summary, table, data, *_ = soup_handlers.two_task(demo)
     rows = data["rows"]
@@ -161,7 +161,7 @@ def test_umap_numba_code_is_kept_in_the_disk_cache(monkeypatch):
 def test_first_umap_map_shows_progress_against_the_measured_estimate(tmp_path, monkeypatch):
     monkeypatch.setattr(soup_lab, "WARM_UMAP", True)
     monkeypatch.setattr(soup_projection, "warm_up_umap", lambda: time.sleep(1.2))
-    fake = types.SimpleNamespace(store=types.SimpleNamespace(folder=str(tmp_path / "corpus")))
+    fake = types.SimpleNamespace(store=types.SimpleNamespace(folder=str(tmp_path / "corpus")), cache_dir=tmp_path)
     seen = []
     lab = soup_lab.Lab(fake)
     assert lab.umap_estimate() == (soup_lab.UMAP_WARM_S, False)
