@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.request
@@ -237,3 +238,21 @@ def test_memory_stays_flat_under_a_scaled_soak(tiny_model_dir, tmp_path):
         log.close()
     assert out["failures"] == 0, out["failure_kinds"]
     assert out["slope_last_half_kb_per_call"] <= 100, (out["rss_mb"], out["slope_last_half_kb_per_call"])
+
+
+def test_a_process_that_starts_the_app_exits_cleanly_with_its_background_work_running(tmp_path):
+    """app.main starts the tour's build and a warm-up click in background threads; a process that
+    returns while they run (a test, a script) must exit 0, not abort in torch's C++ code at
+    interpreter shutdown ("terminate called without an active exception", exit 134)."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import gradio as gr
+        import app
+        gr.Blocks.launch = lambda self, **kw: None
+        app.main(["--cache-dir", {str(tmp_path / "cache")!r}])
+        print("returned")
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 0 and "returned" in p.stdout and "terminate called" not in p.stderr, p.stderr[-2000:]

@@ -11,6 +11,7 @@ QueueError) instead of waiting minutes. Settings: docs/serving.md.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import logging
@@ -95,7 +96,8 @@ def compressed() -> dict:
 
 
 def in_background(fn, *args) -> threading.Thread:
-    """Run fn(*args) in a daemon thread; a failure is logged, never raised (a warm-up is optional)."""
+    """Run fn(*args) in a daemon thread; a failure is logged, never raised (a warm-up is optional).
+    At exit the thread is asked to stop (STOP) and waited for, see `_finish_background`."""
     def run():
         try:
             fn(*args)
@@ -103,8 +105,30 @@ def in_background(fn, *args) -> threading.Thread:
             logging.getLogger(__name__).warning("%s failed: %s", getattr(fn, "__name__", fn), e)
 
     t = threading.Thread(target=run, daemon=True)
+    with _threads_lock:
+        _threads[:] = [x for x in _threads if x.is_alive()] + [t]
     t.start()
     return t
+
+
+STOP = threading.Event()  # set at exit: background work ends at its next step
+_threads: list[threading.Thread] = []
+_threads_lock = threading.Lock()
+EXIT_WAIT_S = 60.0
+
+
+@atexit.register
+def _finish_background(timeout: float = EXIT_WAIT_S) -> None:
+    """A daemon thread still inside torch's C++ code when the interpreter finalises aborts the whole
+    process ("terminate called without an active exception", exit 134): a test that runs app.main,
+    or a script that loads the app and returns. So at exit, ask background work to stop and wait
+    for what it is in the middle of (a step of the tour's build, a warm-up click)."""
+    STOP.set()
+    deadline = time.monotonic() + timeout
+    with _threads_lock:
+        threads = list(_threads)
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def lazy_figures(demo) -> int:
@@ -143,8 +167,7 @@ TRIM_EVERY_S = float(os.environ.get("PICASO_TRIM_SECONDS") or 10)  # a soak meas
 
 
 def _trim_every(seconds: float) -> None:
-    while True:
-        time.sleep(seconds)
+    while not STOP.wait(seconds):
         trim()
 
 

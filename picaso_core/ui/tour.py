@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.io as pio
 
+from picaso_core.ui import serving
 from picaso_core.ui.resources import DEFAULT_CACHE, Resources
 from picaso_core.ui.tour_runs import RUNNERS, View, resolve
 from picaso_core.ui.tour_steps import STEPS, Step
@@ -172,6 +173,8 @@ def build(res: Resources, cache_dir: str | Path | None = None, steps: list[int] 
     status = _building.setdefault(str(cache_file(res, cache_dir)), {})
     status.update(done=len(STEPS) - len(todo), total=len(STEPS), error=None)
     for n in todo:
+        if serving.STOP.is_set():  # the process is exiting: what is built so far is saved
+            break
         step_at(n)
         entries[n] = compute(res, n, memo)
         _save(res, cache_dir, entries)
@@ -198,8 +201,7 @@ def ensure_built(res: Resources, cache_dir: str | Path | None = None) -> threadi
             except Exception as e:  # a failed step leaves the others cached; the bar says why
                 status["error"] = f"{type(e).__name__}: {e}"
 
-        status["thread"] = thread = threading.Thread(target=run, name="tour-build", daemon=True)
-        thread.start()
+        status["thread"] = thread = serving.in_background(run)  # stopped between steps at exit
         return thread
 
 
