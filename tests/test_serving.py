@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,16 +18,10 @@ from pathlib import Path
 import pytest
 
 from picaso_core.ui import serving
-from test_app import write_corpus
+from test_app import _free_port, write_corpus
 from test_retrieval import BagOfWords
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 
 import gradio as gr
@@ -25,7 +24,7 @@ from picaso_core.ui.resources import load_resources
 from picaso_core.ui.tour_links import TABS, coerce, link_query
 from picaso_core.ui.tour_steps import STEPS, Step
 from picaso_core.ui.tour_ui import copy_link, parse_link, step_values
-from test_app import write_corpus
+from test_app import _free_port, write_corpus
 from test_retrieval import BagOfWords
 
 
@@ -209,12 +208,6 @@ def test_tour_cli_rejects_a_bad_app_url(capsys):
     with pytest.raises(SystemExit):
         tour.main(["export", "out", "--app-url", "example.org"])
     assert "--app-url must start with http" in capsys.readouterr().err
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ missing. A tiny random model (conftest) and a bag-of-words embedder keep it fast
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import app
 from conftest import save_model_dir, tiny_model
 from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_handlers
 from picaso_core.ui.resources import load_resources, store_folder
+from test_app import _free_port
 from test_retrieval import BagOfWords
 
 CONTEXTS = [["velmora-0", "Velmora is a city on the river Quell."],
@@ -58,12 +58,6 @@ def user_res(request, tiny_model_dir, tmp_path_factory):
     res = load_resources(str(tiny_model_dir), corpus, cache_dir=tmp / "cache", embedder=BagOfWords(),
                          log=lambda msg: None, database=database)
     return request.param, res
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_every_tab_starts_and_compose_answers_through_the_client(user_res):

@@ -17,6 +17,7 @@ cached, seconds).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import inspect
 import json
@@ -64,9 +65,15 @@ def cache_key(res: Resources) -> dict:
 def step_key(step: Step) -> str:
     """A step's own definition: a changed title, tab, runner (its name or its code, which writes the
     step's text) or input rebuilds that step."""
-    code = inspect.getsource(RUNNERS[step.run]) if step.run in RUNNERS else ""
+    code = _source(RUNNERS[step.run]) if step.run in RUNNERS else ""
     return hashlib.sha256(json.dumps([step.title, step.tab, step.run, step.inputs, code],
                                      sort_keys=True).encode()).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=None)
+def _source(fn) -> str:
+    """A runner's code, read once per function (every served step checks every step's key)."""
+    return inspect.getsource(fn)
 
 
 def cache_file(res: Resources, cache_dir: str | Path | None = None) -> Path:
@@ -107,13 +114,13 @@ def _save(res: Resources, cache_dir, entries: dict[int, dict]) -> None:
     path = cache_file(res, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
-    data = {"key": cache_key(res), "steps": {str(n): e for n, e in sorted(entries.items())}}
-    tmp.write_text(json.dumps(data))
+    text = json.dumps({"key": cache_key(res), "steps": {str(n): e for n, e in sorted(entries.items())}})
+    tmp.write_text(text)
     tmp.replace(path)
     # Two saves within one tick of the file system's clock can leave the same (mtime, size): the
     # reader's memo is given what was written rather than trusting the stamp to change.
     st = path.stat()
-    _files[str(path)] = ((st.st_mtime_ns, st.st_size), json.loads(json.dumps(data)))
+    _files[str(path)] = ((st.st_mtime_ns, st.st_size), json.loads(text))
 
 
 # ---- views as plain data ----------------------------------------------------------------------
