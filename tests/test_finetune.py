@@ -159,3 +159,35 @@ def test_skill_paired_compares_the_same_items_of_two_models():
     assert worse["diff_se"] == pytest.approx((var_a + var_b) ** 0.5 / 2)
     mixed = skill_paired(base, {"a": {"1": "0111110000"}, "b": {"1": "11110000"}})["1"]  # one lost, one won
     assert (mixed["lost"], mixed["won"], mixed["diff"], mixed["p_sign"], mixed["lower"]) == (1, 1, 0, 1, False)
+
+
+def test_the_loss_weights_each_term_by_its_count_of_examples_and_documents():
+    """CompositionObjective: loss = (n_c · mean_i CE_i + n_d · LM) / (n_c + n_d), checked against a reference
+    written from the engine's own entry points (compose + continuation_loss per example; one forward per LM
+    document, NLL summed over its tokens, divided by all documents' tokens). With 2 examples and 5 documents
+    the unweighted mean (CE + LM) / 2 is far from it."""
+    from picaso_core.compose import compose
+
+    model = tiny_model("Mamba2", seed=8, tie_embeddings=False)
+    with torch.no_grad():  # a sharper head: a random model's losses all sit near log(vocab) otherwise
+        model.lm_head.weight.mul_(30)
+    ex, docs = _examples(2, seed=3), _lm_docs()[:5]
+    batch = [(e.query, e.continuation, e.contexts) for e in ex]
+    with torch.no_grad():
+        loss, stats = FT.CompositionObjective(model, "bptc")(batch, docs)
+        ce = sum(model.continuation_loss(e.query, e.continuation,
+                                         compose("picaso_r", [model.encode_context(c) for c in e.contexts]))
+                 for e in ex) / len(ex)
+        nll, n_tok = 0.0, 0
+        for d in docs:
+            logits, _ = model(torch.tensor([d]))
+            nll += float(torch.nn.functional.cross_entropy(logits[0, :-1], torch.tensor(d[1:]), reduction="sum"))
+            n_tok += len(d) - 1
+    lm = nll / n_tok
+    assert abs(ce - lm) > 1.0, (ce, lm)  # the weighting matters for this batch
+    assert stats["composition_loss"] == pytest.approx(ce, rel=1e-5)
+    assert stats["lm_loss"] == pytest.approx(lm, rel=1e-5)
+    assert float(loss) == pytest.approx((2 * ce + 5 * lm) / 7, rel=1e-5)
+    with torch.no_grad():  # one term alone is that term
+        assert float(FT.CompositionObjective(model, "bp2c")(batch)[0]) == pytest.approx(ce, rel=1e-5)
+        assert float(FT.CompositionObjective(model, "bptc")([], docs)[0]) == pytest.approx(lm, rel=1e-5)
