@@ -79,7 +79,7 @@ def config_for(name: str, args) -> FT.FinetuneConfig:
     examples per step), the shipped runs' counts."""
     objective, data = RUNS[name]
     steps = args.steps if data == "retrieval" else args.qa_steps
-    return FT.FinetuneConfig(objective=objective, data=data, k_max=args.k_max, epochs=args.epochs, max_steps=steps,
+    return FT.FinetuneConfig(objective=objective, data=data, k_max=args.k_max, k_min=args.k_min, epochs=args.epochs, max_steps=steps,
                              batch_size=args.batch, grad_accum=args.grad_accum, lm_share=args.lm_share, lr=args.lr,
                              warmup=args.warmup, seed=args.seed, save_every=args.save_every)
 
@@ -143,6 +143,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=2.5e-4, help="5e-4 closed the gap as well but raised the LM loss 3.3%%")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--k-max", type=int, default=10)
+    p.add_argument("--k-min", type=int, default=0, help="smallest k drawn per micro-batch (the paper: 0); at k = 0 "
+                   "and 1 PICASO-R is Concat, so those steps do not train the composition")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-every", type=int, default=25)
     p.add_argument("--eval-samples", type=int, default=40, help="held-out samples per evaluation")

@@ -123,7 +123,8 @@ def test_bad_input_names_the_fix():
     for kw, match in [(dict(k_max=-1), "k_max"), (dict(k_max=FT.K_LIMIT + 1), "k_max"),
                       (dict(objective="bptt"), "objective.*bptc"), (dict(method="soup"), "picaso_r"),
                       (dict(data="wiki"), "retrieval"), (dict(lm_share=1.0), "lm_share"),
-                      (dict(batch_size=1, lm_share=0.9), "batch_size")]:
+                      (dict(batch_size=1, lm_share=0.9), "batch_size"), (dict(k_min=4, k_max=3), "k_min"),
+                      (dict(k_min=-1), "k_min")]:
         with pytest.raises(ValueError, match=match):
             FT.FinetuneConfig(**kw).check()
         with pytest.raises(ValueError, match=match):
@@ -191,3 +192,17 @@ def test_the_loss_weights_each_term_by_its_count_of_examples_and_documents():
     with torch.no_grad():  # one term alone is that term
         assert float(FT.CompositionObjective(model, "bp2c")(batch)[0]) == pytest.approx(ce, rel=1e-5)
         assert float(FT.CompositionObjective(model, "bptc")([], docs)[0]) == pytest.approx(lm, rel=1e-5)
+
+
+def test_k_is_drawn_from_k_min_to_k_max_per_micro_batch():
+    """Retrieval data: one k per micro-batch, uniform on {k_min..k_max}, the top k contexts most relevant LAST."""
+    ex = [FT.Example([i + 1], [i + 2], [[100 * i + j] for j in range(6)]) for i in range(12)]  # 6 contexts each
+    for k_min, k_max in ((0, 3), (2, 5), (4, 4)):
+        cfg = FT.FinetuneConfig(k_min=k_min, k_max=k_max, batch_size=2, lm_share=0.0)
+        seen = []
+        for i in range(80):
+            batch, _ = FT.micro_batch(cfg, ex, [], i)
+            for q, _, ctx in batch:
+                assert ctx == ex[q[0] - 1].contexts[:len(batch[0][2])][::-1]
+            seen.append(len(batch[0][2]))
+        assert set(seen) == set(range(k_min, k_max + 1))

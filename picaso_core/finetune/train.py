@@ -64,6 +64,7 @@ class FinetuneConfig:
     method: str = "picaso_r"  # the composition trained for: "picaso_r" (paper) | "picaso_s"
     data: str = "retrieval"  # "retrieval": k ~ U{0..k_max} per micro-batch | "qa": every passage
     k_max: int = 10  # sec. 6.1: k drawn from {0, ..., 10}
+    k_min: int = 0  # the smallest k drawn; > 1 spends no step on k = 0 or 1, where PICASO-R equals Concat
     epochs: float = 1.0  # sec. 6.1: one epoch; max_steps overrides
     max_steps: int | None = None
     batch_size: int = 8  # examples per micro-batch (composition examples + LM documents)
@@ -93,6 +94,9 @@ class FinetuneConfig:
         if not (isinstance(self.k_max, int) and 0 <= self.k_max <= K_LIMIT):
             raise ValueError(f"k_max = {self.k_max!r} is out of range: give a whole number from 0 to {K_LIMIT} "
                              "(the paper draws k from 0..10)")
+        if not (isinstance(self.k_min, int) and 0 <= self.k_min <= self.k_max):
+            raise ValueError(f"k_min = {self.k_min!r} is out of range: give a whole number from 0 to k_max "
+                             f"({self.k_max})")
         if not 0 <= self.lm_share < 1:
             raise ValueError(f"lm_share = {self.lm_share} must be in [0, 1): it is the share of plain LM "
                              "documents in each batch")
@@ -177,7 +181,7 @@ def micro_batch(cfg: FinetuneConfig, examples: Sequence[Example], lm_docs: Seque
     """The composition examples (with their k presented contexts) and LM documents of micro-batch
     `index` (= step * grad_accum + j): a pure function of (cfg.seed, index), so resuming replays it.
 
-    Examples run through one seeded permutation per epoch; k ~ U{0..k_max} per micro-batch
+    Examples run through one seeded permutation per epoch; k ~ U{k_min..k_max} per micro-batch
     (retrieval) or every passage (QA). Returns (list of (query, continuation, contexts most
     relevant LAST)), list of LM documents."""
     n_c, n_d = cfg.batch_size - n_lm(cfg), n_lm(cfg)
@@ -185,7 +189,7 @@ def micro_batch(cfg: FinetuneConfig, examples: Sequence[Example], lm_docs: Seque
     for pos in range(index * n_c, (index + 1) * n_c):
         epoch, j = divmod(pos, len(examples))
         picked.append(examples[_epoch_order(cfg.seed, epoch, len(examples))[j]])
-    k = random.Random(f"{cfg.seed}-k-{index}").randint(0, cfg.k_max) if cfg.data == "retrieval" else None
+    k = random.Random(f"{cfg.seed}-k-{index}").randint(cfg.k_min, cfg.k_max) if cfg.data == "retrieval" else None
     batch = [(e.query, e.continuation, list(e.contexts if k is None else e.contexts[:k])[::-1]) for e in picked]
     docs = [lm_docs[(index * n_d + i) % len(lm_docs)] for i in range(n_d)] if n_d and lm_docs else []
     return batch, docs
@@ -303,7 +307,7 @@ def _resume_state(folder: Path, cfg: FinetuneConfig) -> dict:
         raise ValueError(f"{folder} is not a fine-tuning checkpoint (no {STATE_FILE}): pass a folder written by "
                          "train(..., out_dir=...), e.g. <out>/checkpoint-00050")
     state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: optimizer state
-    saved = {k: v for k, v in state["config"].items() if k != "save_every"}
+    saved = {"k_min": 0, **{k: v for k, v in state["config"].items() if k != "save_every"}}
     mine = {k: v for k, v in asdict(cfg).items() if k != "save_every"}
     if saved != mine:
         diff = sorted(k for k in mine if saved.get(k) != mine[k])
