@@ -48,7 +48,7 @@ def test_attribute_scores_every_method_and_matches_the_core(res):  # noqa: F811
     assert np.array(heat.data[0].z).shape == (4, len(attribution_tab.METHODS))
     assert np.array(tokens.data[0].z).shape == (4, len(a))
     assert html.count("px-num") == 4 and "px-gold" in html
-    assert "gold context is the top one" in summary and "/attribute" in cl and "leave_one_out" in py
+    assert "gold context is the top one" in summary and "/attribute" in cl and "score_sources" in py
 
 
 def test_an_empty_answer_is_the_models_own_generation(res):  # noqa: F811

@@ -1,5 +1,6 @@
 """Attribution figures from plain data (picaso_core.analysis.attribution's scores): per-method bars, a
-contexts x methods heatmap, a contexts x answer-tokens heatmap, precision beside the paper.
+sources x methods heatmap, a sources x answer-tokens heatmap, precision beside the paper. A source
+is a whole context or a sentence / word of one (picaso_core.analysis.sources).
 
 Every score is in nats per answer token with one sign: higher = the context matters more
 (LOO: loss rise when it is left out; LOI: loss drop from the empty state to that context alone;
@@ -22,6 +23,11 @@ TEMPLATE = "plotly_white"
 
 def _short(cid: str, n: int = 18) -> str:
     return cid if len(cid) <= n else cid[: n - 1] + "…"
+
+
+def _row_height(n: int) -> int:
+    """Pixels per heatmap row: 42 for a few contexts, down to 16 for a hundred sentences."""
+    return 42 if n <= 12 else max(16, 504 // n)
 
 
 def _labels(context_ids: Sequence[str], gold: Sequence[bool]) -> list[str]:
@@ -56,7 +62,8 @@ def score_bars(context_ids: Sequence[str], gold: Sequence[bool], scores: dict[st
         )
         fig.update_yaxes(title_text="nats / token" if c == 1 else None, zeroline=True, zerolinecolor="#64748b",
                          row=r, col=c)
-        fig.update_xaxes(tickangle=-35, tickfont=dict(size=10), row=r, col=c)
+        # a bar per sentence: past a dozen the tick labels overlap; the hover names each bar
+        fig.update_xaxes(tickangle=-35, tickfont=dict(size=10), showticklabels=len(vals) <= 12, row=r, col=c)
     for name, color in (("gold context ★ (labelled)", GOLD), ("other context", OTHER)):  # legend entries only
         fig.add_bar(x=[None], y=[None], name=name, marker_color=color, row=1, col=1)
     fig.update_annotations(font_size=12)  # the subplot titles
@@ -80,14 +87,16 @@ def method_heatmap(context_ids: Sequence[str], gold: Sequence[bool], scores: dic
         hovertemplate="%{y}<br>%{x}: %{z:.3f} nats/token<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="context (★ gold)")
     fig.update_xaxes(title="attribution method")
-    fig.update_layout(height=140 + 42 * len(context_ids), template=TEMPLATE, margin=dict(l=40, r=20, t=50, b=40),
+    fig.update_layout(height=140 + _row_height(len(context_ids)) * len(context_ids), template=TEMPLATE,
+                      margin=dict(l=40, r=20, t=50, b=40),
                       title=dict(text="All methods side by side (same scale)", x=0, font=dict(size=14)))
     return fig
 
 
 def token_heatmap(context_ids: Sequence[str], gold: Sequence[bool], tokens: Sequence[str],
-                  deltas: Sequence[Sequence[float]], method_name: str) -> go.Figure:
-    """Contexts (rows) x answer tokens (columns): each token's loss rise when the context is left out."""
+                  deltas: Sequence[Sequence[float]], method_name: str, span: tuple[int, int] | None = None) -> go.Figure:
+    """Sources (rows) x answer tokens (columns): each token's loss rise when the source is left out.
+    span: answer tokens [t0, t1) the scores are taken over, outlined when it is not the whole answer."""
     z = [list(map(float, row)) for row in deltas]
     zmax = max((abs(v) for row in z for v in row), default=1.0) or 1.0
     shown = [repr(t)[1:-1] or "∅" for t in tokens]
@@ -97,8 +106,12 @@ def token_heatmap(context_ids: Sequence[str], gold: Sequence[bool], tokens: Sequ
         colorbar=dict(title=dict(text="nats", side="right")),
         hovertemplate="%{y}<br>token %{x}<br>loss rise when left out: %{z:.3f} nats<extra></extra>"))
     fig.update_xaxes(tickvals=x, ticktext=shown, tickangle=-45, title=f"answer token (LOO with {method_name})")
-    fig.update_yaxes(autorange="reversed", title="context left out (★ gold)")
-    fig.update_layout(height=170 + 42 * len(context_ids), template=TEMPLATE, margin=dict(l=40, r=20, t=50, b=70),
+    fig.update_yaxes(autorange="reversed", title="source left out (★ in a gold context)")
+    if span is not None and tuple(span) != (0, len(tokens)):
+        fig.add_vrect(x0=span[0] - 0.5, x1=span[1] - 0.5, line=dict(color="#111827", width=2), fillcolor="rgba(0,0,0,0)",
+                      annotation_text="selected span", annotation_position="top left")
+    fig.update_layout(height=170 + _row_height(len(context_ids)) * len(context_ids), template=TEMPLATE,
+                      margin=dict(l=40, r=20, t=50, b=70),
                       title=dict(text=f"Which answer tokens each context supports ({method_name})", x=0,
                                  font=dict(size=14)))
     return fig

@@ -1,16 +1,18 @@
-"""Attribution: which retrieved context does an answer rest on? Leave-one-in and leave-one-out with
-every composition method, an ablation surrogate, and precision on labelled samples (PICASO
-appendix C, table 4).
+"""Attribution: which retrieved context, or which sentence of one, does an answer rest on?
+Leave-one-in and leave-one-out with every composition method, an ablation surrogate, and precision
+on labelled samples (PICASO appendix C, table 4), at the grain of whole contexts, sentences or words
+(ContextCite's sources), for the whole answer or a selected span of it.
 
 Handlers are plain functions at the top (tested without a server); `render` lays the tab out. The
-API endpoint `/attribute` takes `query` (required) and optional answer, k, contexts, methods:
-    Client(url).predict(query="Question: ...\\nAnswer:", answer=" ...", api_name="/attribute")
-and returns the scores as plain data (its last output).
+API endpoint `/attribute` takes `query` (required) and optional answer, k, contexts, methods,
+example, grain ("context" | "sentence" | "word"), span_start / span_end (answer characters), way
+("states" | "reencode"), pattern (a splitting regex) and ablations (the surrogate's):
+    Client(url).predict(query="Question: ...\\nAnswer:", answer=" ...", grain="sentence", api_name="/attribute")
+and returns the scores as plain data (its last output), with one entry per source.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import time
 
@@ -18,7 +20,10 @@ import gradio as gr
 import pandas as pd
 
 from picaso_core.plots import attribution as plots
-from picaso_core.ui.code import client_snippet, show_code
+from picaso_core.ui import attribution_sources as src
+from picaso_core.ui.attribution_views import (METHODS, NAMES, code_snippets, contexts_html, figures,  # noqa: F401
+                                              summary_md)
+from picaso_core.ui.code import show_code
 from picaso_core.ui.errors import bad_input, id_list, text, whole_number
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import count_slider, note
@@ -38,9 +43,6 @@ ENDPOINT = "/attribute"
 # (the others 65 s in all). Above this many contexts it is skipped, with a line in the summary.
 PICCONCAT_MAX_CONTEXTS = 5
 PRECISION_MAX_SAMPLES = 200
-METHODS = ("loi", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r", "surrogate")
-NAMES = {"loi": "LOI", "concat": "Concat-LOO", "soup": "Soup-LOO", "caso": "CASO-LOO", "picaso_s": "PICASO-S-LOO",
-         "picaso_r": "PICASO-R-LOO", "picconcat_r": "PICConcat-R-LOO", "surrogate": "Surrogate (PICASO-R)"}
 DESCRIBE = {
     "loi": "leave-one-in: each context's state alone; score = loss drop from the empty state",
     "concat": "leave-one-out, each subset's tokens re-processed in order (the costly reference)",
@@ -157,14 +159,18 @@ def generate_answer(res: Resources, query: str, k: int = 5, contexts: list[str] 
 
 def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, picked: list[str] | None = None,
                     methods: list[str] | None = None, example: str | None = None,
-                    token_method: str = TOKEN_METHOD, progress=lambda *a, **kw: None) -> dict:
-    """Score every context with each method. Returns plain data (the /attribute JSON):
-    contexts [{id, gold, tokens, text}], answer, answer_source, answer_tokens, scores {method: [n]}
-    (nats per answer token, higher = matters more), top {method: id}, seconds {method: s},
-    losses {all: L(S) per method, none: L(empty)}, surrogate {weights, intercept, lds},
-    token_deltas [n][T] and token_method."""
-    from picaso_core.analysis.attribution import (LOO_METHODS, leave_one_in, leave_one_out_tokens, surrogate,
-                                         token_nll)
+                    token_method: str = TOKEN_METHOD, progress=lambda *a, **kw: None, grain: str = "context",
+                    span_start: int | None = None, span_end: int | None = None, way: str = "states",
+                    pattern: str = "", ablations: int = src.DEFAULT_ABLATIONS) -> dict:
+    """Score every source (a context, sentence or word) with each method, for the whole answer or
+    the characters [span_start, span_end) of it. Returns plain data (the /attribute JSON):
+    contexts [{id, gold, tokens, text}], answer, answer_source, answer_tokens, scores {method: [N]}
+    (nats per span token, higher = matters more), sources [{context_id, text, start, end, scores}],
+    top {method: context id of its top source}, seconds {method: s}, ablations {method: states
+    scored}, losses {all: L(S) per LOO method, none: L(empty)}, surrogate {weights, intercept, lds},
+    lds {surrogate: LDS}, span {start, end, tokens, text}, token_deltas [N][T] and token_method."""
+    from picaso_core.analysis.attribution import LOO_METHODS
+    from picaso_core.analysis.attribution_sources import SpanError, score_sources, span_tokens
 
     # every raw input is checked before any model work (the event runs with preprocess=False)
     query = check_query(query)
@@ -177,6 +183,8 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
         raise bad_input(f"token_method must be one of {', '.join(LOO_METHODS)}", ENDPOINT)
     if example is not None and not isinstance(example, str):
         raise bad_input(f"example must be an example id, got {_clip(repr(example), 30)}", ENDPOINT)
+    grain, way, span_start, span_end, pattern, ablations = src.check_source_inputs(
+        grain, way, span_start, span_end, pattern, ablations, ENDPOINT)
     sample = None
     if example:
         s = _sample(res, example)
@@ -207,116 +215,60 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
                         ENDPOINT)
     if len(a) < len(typed):
         answer = tok.decode(a)
+    try:
+        span = span_tokens(tok, a, span_start, span_end)
+    except SpanError as e:
+        raise bad_input(str(e), ENDPOINT) from None
     gold = set(sample.gold_ids) if sample else set()
-    progress(0.15, desc=f"loading {len(ids)} stored states")
-    states = res.states(ids)
-    ctx_ids = [res.token_ids(c) for c in ids]
-    scores, seconds, full = {}, {}, {}
-    tokens_out = None
-    empty = float(token_nll(res.model, q, a, res.model.empty_state()).mean())
-    for j, m in enumerate(methods):
-        progress(0.2 + 0.75 * j / len(methods), desc=f"{NAMES[m]}")
-        t0 = time.perf_counter()
-        if m == "loi":
-            scores[m] = [empty - x for x in leave_one_in(res.model, q, a, states)]
-        elif m == "surrogate":
-            sur = surrogate(res.model, q, a, states, "picaso_r", n_ablations=64, seed=0)
-            scores[m] = sur.scores
-        else:
-            loo = leave_one_out_tokens(res.model, q, a, states, m, context_ids=ctx_ids)
-            scores[m], full[m] = loo.scores, loo.full_loss
-            if m == token_method:
-                tokens_out = loo.token_deltas.tolist()
-        seconds[m] = time.perf_counter() - t0
-    if tokens_out is None:  # the per-token view was not among the methods: run it
-        tokens_out = leave_one_out_tokens(res.model, q, a, states, token_method, context_ids=ctx_ids).token_deltas.tolist()
+    progress(0.15, desc=f"loading the states of {len(ids)} contexts' {src.GRAIN_NAMES[grain]}")
+    sources, states = src.sources_for(res, ids, grain, pattern, ENDPOINT)
+    if grain != "context" and "picconcat_r" in methods and len(sources) > src.PICCONCAT_MAX_SOURCES:
+        methods = [m for m in methods if m != "picconcat_r"]
+        skipped.append(f"{NAMES['picconcat_r']} skipped: it re-reads {len(ids)} rotations for each of "
+                       f"{len(sources) + 1} subsets; this app runs it for at most {src.PICCONCAT_MAX_SOURCES} sources.")
+        if not methods:
+            raise bad_input(skipped[-1] + " Pick fewer contexts, a coarser grain or other methods.", ENDPOINT)
+    run = list(methods) + ([token_method] if token_method not in methods else [])
+    r = score_sources(res.model, q, a, sources, states, run, way=way, span=span, n_ablations=ablations,
+                      progress=lambda j, n, m: progress(0.2 + 0.75 * j / n, desc=NAMES[m]))
     progress(1.0, desc="done")
+    scores = {m: r.method_scores[m] for m in methods}
+    ctx_ids = [res.num_tokens(c) for c in ids]
+    offsets = [len(tok.decode(a[:i])) for i in (span[0], span[1])]
     out = {
         "query": query, "answer": answer, "answer_source": source,
         "answer_tokens": [tok.decode([t]) for t in a],
-        "contexts": [{"id": c, "gold": c in gold, "tokens": len(t), "text": res.text(c)} for c, t in zip(ids, ctx_ids)],
-        "methods": methods, "scores": scores,
-        "top": {m: ids[max(range(len(ids)), key=lambda i: s[i])] for m, s in scores.items()},
-        "seconds": seconds, "losses": {"none": empty, "all": full},
-        "token_method": token_method, "token_deltas": tokens_out,
-        "units": "nats per answer token; higher = the context matters more", "skipped": skipped,
+        "contexts": [{"id": c, "gold": c in gold, "tokens": n, "text": res.text(c)} for c, n in zip(ids, ctx_ids)],
+        "methods": methods, "scores": scores, "grain": grain, "way": way, "pattern": pattern,
+        "sources": src.source_rows(res, sources, scores),
+        "top": {m: sources[max(range(len(sources)), key=lambda i: s[i])].context_id for m, s in scores.items()},
+        "seconds": {m: r.seconds[m] for m in methods}, "ablations": {m: r.ablations[m] for m in methods},
+        "losses": {"none": r.empty_loss, "all": {m: r.full_loss[m] for m in methods if m in r.full_loss}},
+        "span": {"start": offsets[0], "end": offsets[1], "tokens": list(span), "text": tok.decode(a[span[0]:span[1]])},
+        "token_method": token_method, "token_deltas": r.token_deltas[token_method].tolist(),
+        "units": "nats per answer token of the span; higher = the source matters more", "skipped": skipped,
+        "lds": {},
     }
     if "surrogate" in methods:
+        sur = r.surrogate
         out["surrogate"] = {"weights": sur.weights, "intercept": sur.intercept, "lds": sur.lds,
-                            "n_ablations": 64, "method": "picaso_r"}
+                            "n_ablations": ablations, "n_heldout": len(sur.heldout_masks), "method": "picaso_r"}
+        out["lds"]["surrogate"] = sur.lds
+    out["shaded_by"] = src.shade_method(scores)
     return out
 
 
-def contexts_html(data: dict) -> str:
-    cards = []
-    for i, c in enumerate(data["contexts"], 1):
-        gold = '<span class="px-gold" title="labelled as holding the answer">gold</span>' if c["gold"] else ""
-        tops = [NAMES[m] for m, cid in data["top"].items() if cid == c["id"]]
-        top = f'<span class="px-meta">top for {len(tops)} of {len(data["top"])}</span>' if tops else ""
-        cards.append(
-            f'<div class="px-ctx"><div class="px-ctx-head"><span class="px-num">{i}</span>'
-            f'<code>{html.escape(c["id"])}</code>{gold}{top}</div>'
-            f'<div class="px-ctx-text">{html.escape(_clip(c["text"], 200))}</div></div>')
-    return '<div class="px-order">' + "".join(cards) + "</div>"
-
-
-def summary_md(data: dict) -> str:
-    ctx = data["contexts"]
-    gold = {c["id"] for c in ctx if c["gold"]}
-    lines = [f"**Answer** ({data['answer_source']}): `{_clip(data['answer'], 120)}` · {len(ctx)} contexts · "
-             f"loss with no context {data['losses']['none']:.3f} nats/token"]
-    if gold:
-        hits = [NAMES[m] for m, cid in data["top"].items() if cid in gold]
-        lines.append(f"The gold context is the top one for **{len(hits)} of {len(data['top'])}** methods"
-                     + (f" ({', '.join(hits)})." if hits else "."))
-    sec = data["seconds"]
-    if "picaso_r" in sec and "concat" in sec:
-        lines.append(f"Leave-one-out of {len(ctx)} contexts: PICASO-R **{1e3 * sec['picaso_r']:.0f} ms** vs Concat "
-                     f"**{1e3 * sec['concat']:.0f} ms** ({sec['concat'] / max(sec['picaso_r'], 1e-9):.1f}x).")
-    if "surrogate" in data:
-        s = data["surrogate"]
-        lds = f"{s['lds']:.2f}" if s["lds"] is not None and math.isfinite(s["lds"]) else "n/a"
-        lines.append(f"Surrogate: 64 random subsets composed from states in {1e3 * sec['surrogate']:.0f} ms; "
-                     f"LDS on 16 held-out subsets {lds} (1 = the linear model ranks subsets perfectly).")
-    lines += data.get("skipped", [])
-    return "  \n".join(lines)
-
-
-def figures(data: dict):
-    ids = [c["id"] for c in data["contexts"]]
-    gold = [c["gold"] for c in data["contexts"]]
-    bars = plots.score_bars(ids, gold, data["scores"], NAMES, data["seconds"])
-    heat = plots.method_heatmap(ids, gold, data["scores"], NAMES)
-    tokens = plots.token_heatmap(ids, gold, data["answer_tokens"], data["token_deltas"], NAMES[data["token_method"]])
-    return bars, heat, tokens
-
-
-def code_snippets(query, answer, k, picked, methods) -> tuple[str, str]:
-    py = (
-        "from picaso_core import load_model\n"
-        "from picaso_core.analysis.attribution import leave_one_in, leave_one_out, surrogate\n\n"
-        "model = load_model('demo'); tok = model.tokenizer\n"
-        f"contexts = {list(picked or [])!r}  # ids; texts from the corpus (empty: retrieved top-{int(float(k))})\n"
-        "ids = [tok.encode(text + '\\n\\n') for text in texts]  # texts of those contexts\n"
-        "states = model.encode_contexts(ids)  # or StateStore.get_many(contexts)\n"
-        f"q, a = tok.encode({query!r}), tok.encode({answer!r})\n"
-        "loi = leave_one_in(model, q, a, states)  # lowest = most relevant\n"
-        "loo = leave_one_out(model, q, a, states, 'picaso_r')  # highest = most relevant\n"
-        "concat = leave_one_out(model, q, a, states, 'concat', context_ids=ids)\n"
-        "sur = surrogate(model, q, a, states, 'picaso_r', n_ablations=64)  # sur.weights, sur.lds\n"
-    )
-    cl = client_snippet("/attribute", query=query, answer=answer, k=int(float(k)), contexts=list(picked or []),
-                        methods=list(methods or METHODS))
-    return py, cl
-
-
 def attribute(res: Resources, query: str, answer: str = "", k: int = 5, contexts: list[str] | None = None,
-              methods: list[str] | None = None, example: str | None = None, progress=lambda *a, **kw: None):
+              methods: list[str] | None = None, example: str | None = None, progress=lambda *a, **kw: None,
+              grain: str = "context", span_start=None, span_end=None, way: str = "states", pattern: str = "",
+              ablations: int = src.DEFAULT_ABLATIONS):
     """The /attribute handler: every output of the tab, the plain data last."""
-    data = run_attribution(res, query, answer, k, contexts, methods, example, progress=progress)
+    data = run_attribution(res, query, answer, k, contexts, methods, example, progress=progress, grain=grain,
+                           span_start=span_start, span_end=span_end, way=way, pattern=pattern, ablations=ablations)
     bars, heat, tokens = figures(data)
     picked = [c["id"] for c in data["contexts"]] if contexts else []  # the checked ids, one list
-    py, cl = code_snippets(query, data["answer"], k, picked, data["methods"])
+    py, cl = code_snippets(query, data["answer"], k, picked, data["methods"], data["grain"], data["way"],
+                           (span_start, span_end))
     return contexts_html(data), summary_md(data), bars, heat, tokens, py, cl, data
 
 
@@ -405,7 +357,24 @@ def render(res: Resources) -> None:
                                     info=f"empty: retrieve the top k (at most {MAX_CONTEXTS})")
             k = count_slider(1, min(MAX_CONTEXTS, len(res.database)), 5, label="k: contexts to retrieve when none are picked")
             methods = gr.CheckboxGroup([(NAMES[m], m) for m in METHODS], value=list(METHODS), label="Methods")
-            run = gr.Button("Attribute", variant="primary", elem_id="attribution-run")
+            with gr.Row():
+                # "context" at build time keeps /attribute's default; the page's load event opens on sentences
+                grain = gr.Radio(list(src.GRAINS), value="context", label="Sources", elem_id="attribution-grain",
+                                 info="what the contexts are cut into")
+                way = gr.Radio([("composed states", "states"), ("re-encoded text", "reencode")], value="states",
+                               label="Ablated context", elem_id="attribution-way",
+                               info="how a context with sources removed becomes a state")
+            with gr.Row():
+                pattern = gr.Textbox("", label="Splitting regex (optional)", elem_id="attribution-pattern",
+                                     info="each match starts a source, e.g. [,;.] for clauses; needs sentence or word")
+                ablations = gr.Slider(2, src.MAX_ABLATIONS, value=src.DEFAULT_ABLATIONS, step=1,
+                                      label="Surrogate ablations", elem_id="attribution-ablations")
+            # the answer characters selected (hidden; set by selecting words of the answer); None: all of it
+            span_start = gr.Number(None, visible=False, label="span_start", precision=0)
+            span_end = gr.Number(None, visible=False, label="span_end", precision=0)
+            with gr.Row():
+                run = gr.Button("Attribute", variant="primary", elem_id="attribution-run", scale=3)
+                whole = gr.Button("Whole answer", elem_id="attribution-whole", scale=1)
         with gr.Column(scale=3, min_width=420):
             order = gr.HTML('<div class="px-empty">Click Attribute: the contexts appear here, gold ones marked.</div>',
                             label="Contexts")
@@ -431,13 +400,22 @@ def render(res: Resources) -> None:
         prec_fig = gr.Plot(label="Precision beside the paper")
         with gr.Accordion("Precision as plain data", open=False):
             prec_data = gr.JSON(label="Precision (plain data)")
-    py, cl = show_code(*code_snippets(q0, a0, 5, c0, list(METHODS)))
+    py, cl = show_code(*code_snippets(q0, a0, 5, c0, list(METHODS), "sentence"))
 
     @gpu(duration=60)
-    def attribute_endpoint(query, answer="", k=5, contexts=None, methods=None, example=None,
+    def attribute_endpoint(query, answer="", k=5, contexts=None, methods=None, example=None, grain="context",
+                           span_start=None, span_end=None, way="states", pattern="", ablations=src.DEFAULT_ABLATIONS,
                            progress=gr.Progress()):
-        """Attribute an answer to its contexts with leave-one-in, leave-one-out per method and a surrogate."""
-        return attribute(res, query, answer, k, contexts, methods, example, progress)
+        """Attribute an answer (or the characters [span_start, span_end) of it) to the sources of its contexts
+        (grain: context, sentence or word; way: states or reencode) with leave-one-in, leave-one-out per
+        method and a surrogate."""
+        return attribute(res, query, answer, k, contexts, methods, example, progress, grain=grain,
+                         span_start=span_start, span_end=span_end, way=way, pattern=pattern, ablations=ablations)
+
+    def select_span(evt: gr.SelectData):
+        """Characters selected in the answer box; a click without a selection means the whole answer."""
+        lo, hi = (list(evt.index) + [None, None])[:2] if isinstance(evt.index, (list, tuple)) else (None, None)
+        return (lo, hi) if lo is not None and hi is not None and hi > lo else (None, None)
 
     @gpu(duration=120)
     def precision_endpoint(n_samples=20, methods=None, progress=gr.Progress()):
@@ -446,8 +424,8 @@ def render(res: Resources) -> None:
 
     example.change(lambda sid: pick_example(res, sid), example, [query, answer, picked], api_visibility="private",
                    **LIGHT)
-    gr.context.Context.root_block.load(lambda sid: pick_example(res, sid), example, [query, answer, picked],
-                                       api_visibility="private", **LIGHT)
+    gr.context.Context.root_block.load(lambda sid: (*pick_example(res, sid), "sentence"), example,
+                                       [query, answer, picked, grain], api_visibility="private", **LIGHT)
     @gpu(duration=20)
     def generate_endpoint(query, k=5, contexts=None):
         """The model's own greedy answer from the PICASO-R composition of the contexts."""
@@ -457,8 +435,17 @@ def render(res: Resources) -> None:
     # and one log line per rejected input
     gen.click(generate_endpoint, [query, k, picked], answer, api_name="generate_answer", preprocess=False,
               **MODEL)
-    gr.on([run.click, query.submit], attribute_endpoint, [query, answer, k, picked, methods, example],
-          [order, summary, bars, heat, tokens, py, cl, data], api_name="attribute", preprocess=False,
+    inputs = [query, answer, k, picked, methods, example, grain, span_start, span_end, way, pattern, ablations]
+    outputs = [order, summary, bars, heat, tokens, py, cl, data]
+    gr.on([run.click, query.submit], attribute_endpoint, inputs, outputs, api_name="attribute", preprocess=False,
           **MODEL)
+    # selecting words of the answer re-attributes that span; "Whole answer" goes back to all of it
+    answer.select(select_span, None, [span_start, span_end], api_visibility="private", **LIGHT).then(
+        attribute_endpoint, inputs, outputs, api_visibility="private", preprocess=False, **MODEL)
+    whole.click(lambda: (None, None), None, [span_start, span_end], api_visibility="private", **LIGHT).then(
+        attribute_endpoint, inputs, outputs, api_visibility="private", preprocess=False, **MODEL)
+    # a new answer or example: its old span no longer applies
+    gr.on([answer.input, example.change], lambda: (None, None), None, [span_start, span_end],
+          api_visibility="private", **LIGHT)
     prec_run.click(precision_endpoint, [n_samples, methods], [prec_table, prec_fig, prec_md, prec_data],
                    api_name="attribution_precision", preprocess=False, **MODEL)
