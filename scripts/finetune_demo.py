@@ -11,6 +11,9 @@ Runs (PICASO sec. 6.3.2, table 1 rows 2-5), each a folder under --work in the bu
                                      entities (one sample each; its chunks are the database, top-10
                                      by all-MiniLM-L6-v2), k ~ U{0..10} per micro-batch
     bptc-qa, bp2c-qa                 the bundled train QA split, all passages of each question
+    concat-qa (--objective concat)   control: the same QA steps reading the passages as one token
+                                     sequence (one context = their concatenation, so the state is
+                                     Concat's): what fine-tuning on this data does for Concat itself
 BPTC and BP2C of one data kind run the same number of steps. Everything trained is of the train
 split (entity names of one split never occur in the other; checked); evaluation uses the test
 split (picaso_core.finetune.evaluate). An interrupted run resumes from its last checkpoint.
@@ -36,7 +39,8 @@ from picaso_core.finetune import train as FT  # noqa: E402
 from picaso_core.engine.loading import ASSETS, load_model  # noqa: E402
 
 RUNS = {"bptc-retrieval": ("bptc", "retrieval"), "bp2c-retrieval": ("bp2c", "retrieval"),
-        "bptc-qa": ("bptc", "qa"), "bp2c-qa": ("bp2c", "qa")}
+        "bptc-qa": ("bptc", "qa"), "bp2c-qa": ("bp2c", "qa"), "concat-qa": ("concat", "qa")}
+CONTROLS = {"concat-qa"}  # trained only when named (--objective concat): the QA rows' control
 SHIP_DIR = ASSETS / "demo_model_bptc"
 SHIPPED_RUN = "bptc-retrieval"
 
@@ -79,7 +83,7 @@ def config_for(name: str, args) -> FT.FinetuneConfig:
     examples per step), the shipped runs' counts."""
     objective, data = RUNS[name]
     steps = args.steps if data == "retrieval" else args.qa_steps
-    return FT.FinetuneConfig(objective=objective, data=data, k_max=args.k_max, k_min=args.k_min, epochs=args.epochs, max_steps=steps,
+    return FT.FinetuneConfig(objective="bptc" if objective == "concat" else objective, data=data, k_max=args.k_max, k_min=args.k_min, epochs=args.epochs, max_steps=steps,
                              batch_size=args.batch, grad_accum=args.grad_accum, lm_share=args.lm_share, lr=args.lr,
                              warmup=args.warmup, seed=args.seed, save_every=args.save_every)
 
@@ -89,6 +93,8 @@ def run_one(name: str, args) -> dict:
     out = Path(args.work) / name
     model = load_model(args.base)
     examples = examples_for(model, data, args)
+    if objective == "concat":  # the passages as presented (most relevant last), read as one sequence
+        examples = [FT.Example(e.query, e.continuation, [[t for c in e.contexts[::-1] for t in c]]) for e in examples]
     cfg = config_for(name, args)
     if (out / "train_log.json").is_file() and json.loads((out / "train_log.json").read_text()).get("done"):
         print(f"{name}: already trained in {out}")
@@ -127,7 +133,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--work", default="runs/finetune", help="run folders, data and evaluation records")
     p.add_argument("--only", choices=("train", "eval", "all", "card"), default="all",
                    help="card: rewrite assets/demo_model_bptc/README.md from its finetune_eval.json (and speed.json)")
-    p.add_argument("--objective", choices=FT.OBJECTIVES, default=None, help="with --only train: this objective only")
+    p.add_argument("--objective", choices=FT.OBJECTIVES + ("concat",), default=None,
+                   help="with --only train: this objective only; 'concat': the QA control run (concat-qa)")
     p.add_argument("--data", choices=FT.DATA_KINDS, default=None, help="with --only train: this data kind only")
     p.add_argument("--samples", type=int, default=900, help="retrieval training samples (one epoch: 150 steps of 6)")
     p.add_argument("--epochs", type=float, default=1.0, help="passes over the training examples; sets the steps "
@@ -168,7 +175,8 @@ def main(argv=None) -> None:
         return
     if args.only in ("train", "all"):
         for name, (obj, data) in RUNS.items():
-            if (args.objective in (None, obj)) and (args.data in (None, data)):
+            if (args.objective in (None, obj) and name not in CONTROLS or args.objective == obj) \
+                    and args.data in (None, data):
                 run_one(name, args)
     if args.only in ("eval", "all"):
         from picaso_core.finetune import evaluate as FE

@@ -89,3 +89,20 @@ def test_the_script_derives_the_shipped_step_counts_from_one_epoch():
     assert FT.total_steps(D.config_for("bptc-retrieval", D.parse_args(["--samples", "300"])), 300) == 50
     assert FT.total_steps(D.config_for("bptc-retrieval", D.parse_args(["--epochs", "2"])), 900) == 300
     assert FT.total_steps(D.config_for("bptc-qa", D.parse_args(["--qa-steps", "7"])), n_qa) == 7
+
+
+def test_paired_gaps_are_the_fig4_gap_with_the_standard_error_of_per_sample_differences():
+    from picaso_core.finetune.card import fig4_gaps
+    from picaso_core.finetune.evaluate import paired_gaps
+
+    concat = {"a": 1.0, "b": 2.0, "c": 3.0}
+    shift = {"a": 0.1, "b": 0.3, "c": 0.2}  # PICASO-R = Concat + shift: a large spread of losses, a small one of d
+    recs = [{"retriever": "minilm", "sample_id": i, "k": 5, "method": m, "loss": concat[i] + (shift[i] if m == "picaso_r" else 0)}
+            for i in concat for m in ("concat", "picaso_r")]
+    recs.append({"retriever": "bm25", "sample_id": "a", "k": 5, "method": "picaso_r", "loss": 9.0})  # another ranker
+    g = paired_gaps(recs, ["a", "b", "c"], [3, 5])
+    assert g["ks"] == [5] and g["n"] == [3]  # k = 3 has no record
+    assert g["gap_pct"][0] == pytest.approx(100 * 0.2 / 2.0, abs=1e-3)
+    assert g["gap_pct"][0] == pytest.approx(fig4_gaps({"fig4": {"ks": [5], "loss": {"concat": [2.0], "picaso_r": [2.2]}}})[5], abs=1e-3)
+    se = ((0.01 + 0.01 + 0.0) / 2 / 3) ** 0.5  # sample SD of d = (0.1, 0.3, 0.2) over sqrt(3)
+    assert g["gap_se_pct"][0] == pytest.approx(100 * se / 2.0, abs=1e-3)

@@ -34,9 +34,9 @@ FIG4_MODELS = ("base", "bptc-retrieval", "bp2c-retrieval")  # the paper's fig. 4
 GAP_GOAL_PCT = 2.0  # the goal: after BPTC, PICASO-R within 2% of Concat
 DEGRADE_LIMIT_PCT = 3.0  # the limit: no general-ability figure may degrade by more than 3% (relative to the base)
 ROW_NAMES = {"base": "Base", "bp2c-retrieval": "BP2C-retrieval", "bptc-retrieval": "BPTC-retrieval",
-             "bp2c-qa": "BP2C-QA", "bptc-qa": "BPTC-QA"}
+             "bp2c-qa": "BP2C-QA", "bptc-qa": "BPTC-QA", "concat-qa": "Concat-QA (control)"}
 PAPER_ROW = {"base": "Base", "bp2c-retrieval": "BP2C-WikiText", "bptc-retrieval": "BPTC-WikiText",
-             "bp2c-qa": "BP2C-MSMARCO", "bptc-qa": "BPTC-MSMARCO"}
+             "bp2c-qa": "BP2C-MSMARCO", "bptc-qa": "BPTC-MSMARCO", "concat-qa": "–"}
 
 
 
@@ -101,9 +101,21 @@ def _fig4_markdown(ms: dict, n: int) -> list[str]:
              "| model | " + " | ".join(f"k = {k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
     for name in rows:
         f, g = ms[name]["fig4"], fig4_gaps(ms[name])
-        cells = [f"{c:.3f} / {r:.3f} ({g[k]:+.1f}%)" + (" ⚠" if name != "base" and g[k] > GAP_GOAL_PCT else "")
-                 for k, c, r in zip(f["ks"], f["loss"]["concat"], f["loss"]["picaso_r"])]
+        at = {k: (c, r) for k, c, r in zip(f["ks"], f["loss"]["concat"], f["loss"]["picaso_r"])}
+        cells = ["–" if k not in at else f"{at[k][0]:.3f} / {at[k][1]:.3f} ({g[k]:+.1f}%)"
+                 + (" ⚠" if name != "base" and g[k] > GAP_GOAL_PCT else "") for k in ks]
         lines.append(f"| {ROW_NAMES.get(name, name)} | " + " | ".join(cells) + " |")
+    paired = [m for m in rows if ms[m].get("fig4_gap")]
+    if paired:
+        gks = [k for k in ms[paired[0]]["fig4_gap"]["ks"] if k >= 2]
+        lines += ["", "PICASO-R above Concat per k, % of Concat's loss ± the standard error of the per-sample "
+                  "differences (the same samples read both ways):", "",
+                  "| model | " + " | ".join(f"k = {k}" for k in gks) + " |", "|---" * (len(gks) + 1) + "|"]
+        for name in paired:
+            fg = ms[name]["fig4_gap"]
+            at = dict(zip(fg["ks"], zip(fg["gap_pct"], fg["gap_se_pct"])))
+            lines.append(f"| {ROW_NAMES.get(name, name)} | " + " | ".join(
+                "–" if k not in at else f"{at[k][0]:+.1f} ± {at[k][1]:.1f}" for k in gks) + " |")
     return lines + ["", PAPER_FIG4]
 
 
@@ -164,6 +176,13 @@ def report_markdown(report: dict) -> str:
             lines.append(f"| {ROW_NAMES.get(name, name)} | {t['steps']} | {t['n_examples']} | {_f(t['seconds_per_step'], '.2f')} | "
                          f"{_f(t['loss_first10'])} | {_f(t['loss_last10'])} |")
     return "\n".join(lines)
+
+
+def _k_note(cfg: dict) -> str:
+    """Where the k range differs from the paper's 0..10 (sec. 6.1), why."""
+    return (", sec. 6.1" if not cfg.get("k_min") else
+            f"; the paper draws from 0: at k = 0 and 1 PICASO-R is Concat, so k >= {cfg['k_min']} spends every step "
+            "on composing")
 
 
 def _epochs(t: dict, cfg: dict) -> str:
@@ -275,7 +294,7 @@ It is a small model on synthetic data, like its base.
 - Command: `{command}` (regenerates it from the bundled base; seeded; CPU).
 - Objective {cfg.get('objective', '?').upper()}, composition {cfg.get('method', '?')}, data: retrieval samples of a fresh
   train-split demo world ({t.get('n_examples', '?')} samples, one each per entity; database = that world's chunks,
-  top-{cfg.get('k_max', '?')} by all-MiniLM-L6-v2, k drawn uniformly from 0..{cfg.get('k_max', '?')} per micro-batch, sec. 6.1).
+  top-{cfg.get('k_max', '?')} by all-MiniLM-L6-v2, k drawn uniformly from {cfg.get('k_min', 0)}..{cfg.get('k_max', '?')} per micro-batch{_k_note(cfg)}).
   Train and evaluation splits share no entity, chunk or sample (checked by `finetune.check_disjoint`).
 - {t.get('steps', '?')} steps of {cfg.get('batch_size', '?')} documents ({round((cfg.get('lm_share') or 0) * (cfg.get('batch_size') or 0))} of them plain
   language-model documents of the base model's mix `{cfg.get('lm_mix', '?')}`, so general ability holds), AdamW lr
