@@ -146,3 +146,50 @@ def test_picconcat_is_skipped_with_a_line_above_its_context_limit(res):  # noqa:
         attribution_tab.run_attribution(res, QUERY, ANSWER, k=n, methods=["picconcat_r"])
     small = attribution_tab.run_attribution(res, QUERY, ANSWER, k=n - 1, methods=["picconcat_r"])
     assert list(small["scores"]) == ["picconcat_r"] and not small["skipped"]
+
+
+def test_sentence_grain_data_lists_every_source_and_stores_their_states_in_the_cache(res, monkeypatch):  # noqa: F811
+    from picaso_core.analysis.sources import encode_sources, make_sources
+    from picaso_core.ui import attribution_sources
+
+    picked = ["velmora-1", "tarrix-1"]
+    monkeypatch.setitem(res.database, "velmora-1", res.text("velmora-1") + " It was a small town. Now it is large.")
+    before = list(res.store.ids)
+    data = attribution_tab.run_attribution(res, QUERY, ANSWER, picked=picked, methods=["loi", "picaso_r", "surrogate"],
+                                           grain="sentence", ablations=16)
+    rows = data["sources"]
+    assert [r["context_id"] for r in rows] == ["velmora-1"] * 3 + ["tarrix-1"]
+    for r in rows:  # start / end are characters of the context's text
+        assert res.text(r["context_id"])[r["start"]:r["end"]] == r["text"]
+        assert set(r["scores"]) == {"loi", "picaso_r", "surrogate"}
+    assert "".join(r["text"] for r in rows[:3]) == res.text("velmora-1")
+    assert [r["scores"]["picaso_r"] for r in rows] == data["scores"]["picaso_r"]
+    assert data["lds"]["surrogate"] == data["surrogate"]["lds"] and data["surrogate"]["n_ablations"] == 16
+    # the sources' states: in a store under the app's cache folder, equal to encoding them here; the
+    # contexts' store is left as it was; a second request encodes nothing
+    store = attribution_sources.source_store(res)
+    assert store.folder.resolve().is_relative_to(res.cache_dir.resolve()) and res.store.ids == before
+    tok = res.model.tokenizer
+    sources = make_sources(tok, [(c, res.text(c)) for c in picked], "sentence", suffix="\n\n")
+    want = encode_sources(res.model, sources)
+    for s, w in zip(sources, want):
+        np.testing.assert_allclose(store.get(s.key).ssm.numpy(), w.ssm.numpy(), atol=1e-6)
+    n = len(store)
+    again = attribution_tab.run_attribution(res, QUERY, ANSWER, picked=picked, methods=["picaso_r"], grain="sentence",
+                                            span_start=4, span_end=8, way="reencode")
+    assert len(store) == n and again["span"]["text"].strip() in ANSWER and again["span"]["tokens"][0] > 0
+    html = attribution_tab.contexts_html(data)
+    assert html.count('id="px-src-') == 4 and "nats per answer token" in html and "Top 4 sources" in html
+
+
+def test_sentence_grain_through_gradio_client(app_url):  # noqa: F811
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    out = client.predict(query=QUERY, answer=ANSWER, k=2, methods=["picaso_r"], grain="sentence", span_start=4,
+                         span_end=12, api_name="/attribute")
+    data = out[-1]
+    assert data["grain"] == "sentence" and data["span"]["start"] <= 4 and data["span"]["end"] >= 12
+    assert len(data["sources"]) == len(data["scores"]["picaso_r"]) >= 2
+    with pytest.raises(Exception, match="unknown|must be one of"):
+        client.predict(query=QUERY, answer=ANSWER, grain="paragraph", api_name="/attribute")

@@ -147,6 +147,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--corpus", default="demo", help="demo, msmarco, or a .jsonl with gold-labelled QA samples")
     p.add_argument("--split", default="test")
     p.add_argument("--samples", type=int, default=50)
+    p.add_argument("--first", type=int, default=0, help="index of the first sample (split a run across processes)")
     p.add_argument("--grain", default="sentence", help="context, sentence, word, or a comma list (context,sentence)")
     p.add_argument("--ablations", default="32,64,256", help="surrogate sizes, comma-separated")
     p.add_argument("--heldout", type=int, default=64, help="held-out masks for the LDS")
@@ -173,14 +174,15 @@ def main(argv=None) -> dict:
                  f"ways {', '.join(WAYS)}; at least 2 ablations")
     model = load_model(args.model)
     kind = "qa" if args.corpus == "demo" else None
-    samples = [s for s in load_corpus(args.corpus, args.split, kind=kind).samples if s.contexts][: args.samples]
+    samples = [s for s in load_corpus(args.corpus, args.split, kind=kind).samples if s.contexts]
+    samples = list(enumerate(samples))[args.first: args.first + args.samples]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "records.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     done = {(r["sample_id"], r["grain"]) for r in records}
     t_start = time.perf_counter()
-    todo = [(g, j, s) for g in grains for j, s in enumerate(samples) if (s.sample_id, g) not in done]
+    todo = [(g, j, s) for g in grains for j, s in samples if (s.sample_id, g) not in done]
     for i, (g, j, s) in enumerate(todo, 1):
         t0 = time.perf_counter()
         rec = evaluate_sample(model, s, g, counts, args.heldout, args.seed + j, ways)

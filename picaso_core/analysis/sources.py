@@ -60,12 +60,13 @@ class Source:
     text: str
     ids: tuple[int, ...]
     window: tuple[int, ...]
+    digest: str = ""  # of its context's text + suffix (store_key)
 
     @property
     def key(self) -> str:
-        """The id of its state in a source store: the context id and span (the context's text is in
-        the store beside it, so a changed text under the same id is refused, not served stale)."""
-        return f"{self.context_id}@{self.start}:{self.end}"
+        """The id of its state in a source store: context id, span and the digest of the context's
+        text, so a context whose text changed under the same id gets new entries, never stale ones."""
+        return f"{self.context_id}@{self.start}:{self.end}#{self.digest}"
 
 
 def split_spans(text: str, grain: str = "sentence", pattern: str | None = None) -> list[tuple[int, int]]:
@@ -109,9 +110,11 @@ def make_sources(tokenizer, contexts: Sequence[tuple[str, str]], grain: str = "s
         full = text + suffix
         spans[-1] = (spans[-1][0], len(full))
         before: list[int] = []
+        digest = store_key(full)
         for start, end in spans:
             ids = tuple(tokenizer.encode(full[start:end]))
-            out.append(Source(j, cid, start, end, full[start:end], ids, tuple(before[-conv_window:] if conv_window else ())))
+            window = tuple(before[-conv_window:] if conv_window else ())
+            out.append(Source(j, cid, start, end, full[start:end], ids, window, digest))
             before += ids
     return out
 
@@ -141,7 +144,7 @@ def encode_sources(model, sources: Sequence[Source], batch_size: int = 32) -> li
 class SourceStore(StateStore):
     """A StateStore of source states (same format, same lazy reads and LRU cache).
 
-    Entries are keyed by `Source.key` (context id and span) and hold their context's whole text
+    Entries are keyed by `Source.key` (context id, span, text digest) and hold their context's whole text
     (text + suffix), from which the source's tokens and window are cut again, so a reopened store
     re-derives nothing and a changed context text is refused. Keep it under the app's cache
     folder, never in or beside a store the operator gave (which may be read-only)."""
@@ -165,7 +168,7 @@ class SourceStore(StateStore):
         srcs = []
         for key, full in items:
             cid, span = key.rsplit("@", 1)
-            start, end = (int(x) for x in span.split(":"))
+            start, end = (int(x) for x in span.split("#")[0].split(":"))
             window = tok.encode(full[:start])[-k:] if start and k else []
             srcs.append(Source(0, cid, start, end, full[start:end], tuple(tok.encode(full[start:end])), tuple(window)))
         states = encode_sources(self.model, srcs, batch_size)
