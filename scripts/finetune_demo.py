@@ -120,9 +120,9 @@ def training_flags(argv) -> str:
     for a in (sys.argv[1:] if argv is None else argv):
         if skip:
             skip = False
-        elif a in ("--only", "--threads", "--objective", "--data", "--work"):
+        elif a in ("--only", "--threads", "--objective", "--data", "--work", "--carry"):
             skip = True
-        elif not a.startswith(("--only=", "--threads=", "--objective=", "--data=", "--work=")):
+        elif not a.startswith(("--only=", "--threads=", "--objective=", "--data=", "--work=", "--carry=")):
             out.append(a)
     return "".join(" " + a for a in out)
 
@@ -155,6 +155,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-every", type=int, default=25)
     p.add_argument("--eval-samples", type=int, default=40, help="held-out samples per evaluation")
+    p.add_argument("--carry", default=None, help="with eval: an earlier finetune_eval.json whose rows stand in for "
+                   "runs not trained in --work (marked carried; same config gives the same row)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--no-ship", action="store_true", help=f"do not copy {SHIPPED_RUN} to {SHIP_DIR}")
     return p.parse_args(argv)
@@ -181,8 +183,9 @@ def main(argv=None) -> None:
     if args.only in ("eval", "all"):
         from picaso_core.finetune import evaluate as FE
 
+        carry = json.loads(Path(args.carry).read_text()) if args.carry else None
         report = FE.evaluate_runs(args.base, {n: Path(args.work) / n for n in RUNS}, Path(args.work) / "eval",
-                                  samples=args.eval_samples)
+                                  samples=args.eval_samples, carry=carry)
         if not args.no_ship:  # the card names the command that trains and evaluates everything
             FE.ship(Path(args.work) / SHIPPED_RUN, SHIP_DIR, report, "python scripts/finetune_demo.py" + training_flags(argv))
 

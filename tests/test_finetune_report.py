@@ -106,3 +106,23 @@ def test_paired_gaps_are_the_fig4_gap_with_the_standard_error_of_per_sample_diff
     assert g["gap_pct"][0] == pytest.approx(fig4_gaps({"fig4": {"ks": [5], "loss": {"concat": [2.0], "picaso_r": [2.2]}}})[5], abs=1e-3)
     se = ((0.01 + 0.01 + 0.0) / 2 / 3) ** 0.5  # sample SD of d = (0.1, 0.3, 0.2) over sqrt(3)
     assert g["gap_se_pct"][0] == pytest.approx(100 * se / 2.0, abs=1e-3)
+
+
+def test_a_carried_row_stands_in_for_a_run_without_a_folder(report, tmp_path):
+    """evaluate_runs(carry=...): a run not trained here keeps its earlier row and training record, marked
+    carried, its skills paired again with this base; a report of another sample count is refused."""
+    from picaso_core.finetune.evaluate import evaluate_runs
+
+    (tmp_path / "eval" / "base").mkdir(parents=True)
+    base = {k: v for k, v in report["models"]["base"].items()}
+    (tmp_path / "eval" / "base" / "result.json").write_text(json.dumps(base))  # cached: no model run
+    runs = {n: tmp_path / n for n in ("bptc-retrieval", "bptc-qa")}
+    out = evaluate_runs("demo", runs, tmp_path / "eval", samples=report["samples"],
+                        carry={**report, "models": {n: report["models"][n] for n in ("base", "bptc-qa", "bp2c-qa")}})
+    assert list(out["models"]) == ["base", "bptc-qa"]  # bp2c-qa is not a run of this call; bptc-retrieval has no row
+    row = out["models"]["bptc-qa"]
+    assert row["carried"] and out["train"]["bptc-qa"]["carried"]
+    assert row["table1"] == report["models"]["bptc-qa"]["table1"]
+    assert row["skills"]["vs_base"] == report["models"]["bptc-qa"]["skills"]["vs_base"]
+    with pytest.raises(ValueError, match="eval-samples"):
+        evaluate_runs("demo", runs, tmp_path / "eval", samples=7, carry=report)

@@ -173,8 +173,11 @@ def report_markdown(report: dict) -> str:
                   "| run | steps | examples | s / step (wall, shared CPU) | loss, first 10 steps | loss, last 10 steps |",
                   "|---|---|---|---|---|---|"]
         for name, t in report["train"].items():
-            lines.append(f"| {ROW_NAMES.get(name, name)} | {t['steps']} | {t['n_examples']} | {_f(t['seconds_per_step'], '.2f')} | "
+            lines.append(f"| {ROW_NAMES.get(name, name)}{' †' if t.get('carried') else ''} | {t['steps']} | {t['n_examples']} | {_f(t['seconds_per_step'], '.2f')} | "
                          f"{_f(t['loss_first10'])} | {_f(t['loss_last10'])} |")
+        if any(t.get("carried") for t in report["train"].values()):
+            lines += ["", "†: not retrained for this report; the row of an earlier run with this config (the evaluation "
+                      "is deterministic: a run with the same config gives the same row)."]
     return "\n".join(lines)
 
 

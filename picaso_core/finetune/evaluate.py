@@ -185,12 +185,19 @@ def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True,
 
 
 def evaluate_runs(base: str, runs: dict[str, Path], out_dir: Path, samples: int = 40,
-                  skill_items: int | None = None) -> dict:
+                  skill_items: int | None = None, carry: dict | None = None) -> dict:
     """Evaluate the base model and every finished run folder; write <out_dir>/report.json. Skill
-    accuracies of the runs come with a paired comparison against the base (`skills["vs_base"]`)."""
+    accuracies of the runs come with a paired comparison against the base (`skills["vs_base"]`).
+    carry: an earlier report (same base, same samples) whose rows stand in for runs without a folder
+    here (marked `carried`: their training config is in report["train"]); the evaluation is
+    deterministic, so a run trained with the same config evaluates to the same row."""
     from picaso_core.engine.loading import load_model
 
     models = {"base": base, **{n: str(p) for n, p in runs.items() if (Path(p) / "model.safetensors").is_file()}}
+    if carry is not None and carry.get("samples") != samples:
+        raise ValueError(f"the carried report was evaluated on {carry.get('samples')} samples, not {samples}: "
+                         "evaluate with the same --eval-samples")
+    carried = {n: r for n, r in ((carry or {}).get("models") or {}).items() if n in runs and n not in models}
     report = {"models": {}, "train": {}, "samples": samples, "date": time.strftime("%Y-%m-%d %H:%M"),
               "threads": torch.get_num_threads(), "skill_items": skill_items}
     for name, where in models.items():
@@ -213,16 +220,38 @@ def evaluate_runs(base: str, runs: dict[str, Path], out_dir: Path, samples: int 
         report["models"][name] = row
         log = Path(where) / "train_log.json"
         if name != "base" and log.is_file():
-            t = json.loads(log.read_text())
-            hist = t.get("history", [])
-            report["train"][name] = {"steps": t.get("step"), "seconds_per_step": t.get("seconds_per_step"),
-                                     "n_examples": t.get("n_examples"), "config": t.get("config"),
-                                     "loss_first10": _mean_loss(hist[:10]), "loss_last10": _mean_loss(hist[-10:])}
+            report["train"][name] = train_record(json.loads(log.read_text()))
+    for name, row in carried.items():
+        row = {**row, "carried": True}
+        if (row.get("skills") or {}).get("hits") and report["models"]["base"].get("skills"):
+            row["skills"] = {**row["skills"], "vs_base": skill_paired(report["models"]["base"]["skills"]["hits"],
+                                                                     row["skills"]["hits"])}
+        report["models"][name] = row
+        if name in (carry.get("train") or {}):
+            report["train"][name] = {**carry["train"][name], "carried": True}
+    report["models"] = {n: report["models"][n] for n in ["base", *runs] if n in report["models"]}
+    report["train"] = {n: report["train"][n] for n in runs if n in report["train"]}
     report["markdown"] = report_markdown(report)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "report.json").write_text(json.dumps(report, indent=1))
     print(report["markdown"])
     return report
+
+
+def train_record(t: dict) -> dict:
+    """A run's training summary from its train_log.json, with the composition loss per k over the first
+    and the last third of the steps (`composition_by_k`: k -> [first, last]; k varies per step, so the
+    loss is only comparable within one k)."""
+    hist = t.get("history", [])
+    third = max(1, len(hist) // 3)
+    by_k: dict[str, list] = {}
+    for part, hs in enumerate((hist[:third], hist[-third:])):
+        for k in sorted({h["k"][0] for h in hs if h.get("k") and "composition_loss" in h}):
+            v = [h["composition_loss"] for h in hs if h.get("k") and h["k"][0] == k and "composition_loss" in h]
+            by_k.setdefault(str(k), [None, None])[part] = round(sum(v) / len(v), 4)
+    return {"steps": t.get("step"), "seconds_per_step": t.get("seconds_per_step"), "n_examples": t.get("n_examples"),
+            "config": t.get("config"), "loss_first10": _mean_loss(hist[:10]), "loss_last10": _mean_loss(hist[-10:]),
+            "composition_by_k": by_k}
 
 
 def _mean_loss(hist: list[dict]) -> float | None:
