@@ -82,7 +82,7 @@ COFFEE_TABLES = [  # (results.json key, table, setting, model, paper accuracy, p
     ("t7_aug_coffee", "7", "MNIST 25x25 (ours: 5k subset, H's augmentation)", "COFFEE, n 2", 0.966, 0.01, "100 epochs of 50k"),
     ("t7_aug_coffee_filter", "7", "MNIST 25x25 (ours: 5k subset, H's augmentation)", "COFFEE + filter", 0.970, 0.01, "100 epochs of 50k"),
 ]
-COFFEE_CHANCE = 1 / 7        # |V| = 7 symbols to choose from
+COFFEE_CHANCE = 1 / 6        # the target is one of the 6 symbols of V = {1..7} other than the trigger
 
 # The slides: the complexity table's exponents of T (time and memory), read as log-log slopes.
 SLIDES = [  # (primer_complexity key, what, slides' O(.), exponent)
