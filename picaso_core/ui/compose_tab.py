@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
+from picaso_core.plots.compose import method_figure
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, id_list, text, whole_number
 from picaso_core.ui.finetune_tab import SHIPPED_DIR as FINETUNED_DIR
@@ -231,28 +231,9 @@ def results_table(results) -> pd.DataFrame:
 
 def results_plot(results, scored: bool) -> go.Figure:
     """Loss per method (left) and time to compose / process per method, log scale (right)."""
-    labels = [LABEL[r.method] for r in results]
-    colors = [COLOR[r.method] for r in results]
-    fig = make_subplots(
-        rows=1, cols=2, horizontal_spacing=0.1,
-        subplot_titles=("Continuation loss (nats / token, lower is better)" if scored else "No continuation to score",
-                        "Time per method (ms, log scale)"),
-    )
-    if scored:
-        fig.add_bar(x=labels, y=[r.loss for r in results], marker_color=colors, showlegend=False,
-                    text=[f"{r.loss:.3f}" for r in results], textposition="outside", row=1, col=1)
-        lo = min(r.loss for r in results)
-        hi = max(r.loss for r in results)
-        fig.update_yaxes(range=[max(0.0, lo - 0.25 * (hi - lo + 1e-3)), hi + 0.15 * (hi - lo + 1e-3)], row=1, col=1)
-    for name, attr, color in (("compose", "compose_s", "#0f766e"), ("process", "process_s", "#cbd5e1")):
-        # zero (no context composes nothing) has no place on a log axis: no bar
-        fig.add_bar(x=labels, y=[getattr(r, attr) * 1e3 or None for r in results], name=f"time to {name}",
-                    marker_color=color, row=1, col=2)
-    fig.update_yaxes(type="log", dtick=1, row=1, col=2)  # one tick per decade
-    # t=80: the subplot titles sit below the "Loss and time per method" label Gradio lays over the top left
-    fig.update_layout(barmode="group", height=400, margin=dict(l=40, r=20, t=80, b=40), template="plotly_white",
-                      legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
-    return fig
+    return method_figure([LABEL[r.method] for r in results], [COLOR[r.method] for r in results],
+                         [r.loss for r in results] if scored else None,
+                         [r.compose_s * 1e3 for r in results], [r.process_s * 1e3 for r in results])
 
 
 def generations_html(results, tokenizer) -> str:
