@@ -249,3 +249,42 @@ def test_a_process_that_starts_the_app_exits_cleanly_with_its_background_work_ru
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert p.returncode == 0 and "returned" in p.stdout and "terminate called" not in p.stderr, p.stderr[-2000:]
+
+
+def test_config_sent_without_the_api_metadata_no_client_reads(tmp_path):
+    """/config loses the per-component API schemas and example inputs (a third of it) except the
+    file-typed `api_info` gradio_client needs to upload files; /gradio_api/info is unchanged, and
+    gradio_client still calls a text endpoint and uploads a file to a file endpoint."""
+    import gradio as gr
+    from gradio_client import Client, handle_file
+
+    with gr.Blocks() as demo:
+        text, upload, out = gr.Textbox(label="text"), gr.File(label="upload"), gr.Textbox(label="out")
+        gr.Button("a").click(lambda t: t.upper(), text, out, api_name="shout")
+        gr.Button("b").click(lambda f: Path(f).read_text(), upload, out, api_name="read")
+
+    def fetch(port, path):
+        return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=30).read())
+
+    sizes = {}
+    for slim in (False, True):
+        port = _free_port()
+        demo.launch(server_port=port, prevent_thread_lock=True, quiet=True,
+                    **(dict(app_kwargs=serving.compressed()) if slim else {}))
+        try:
+            config, info = fetch(port, "config"), fetch(port, "gradio_api/info")
+            sizes[slim] = len(json.dumps(config))
+            if not slim:
+                full_info, full_port = info, port
+                continue
+            assert json.dumps(info).replace(str(port), "P") == json.dumps(full_info).replace(str(full_port), "P")
+            for c in config["components"]:
+                assert not set(serving.UNREAD_KEYS) & set(c), c["type"]
+                assert ("api_info" in c) == (c["type"] == "file"), c["type"]
+            client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+            assert client.predict("abc", api_name="/shout") == "ABC"
+            (tmp_path / "f.txt").write_text("from a file")
+            assert client.predict(handle_file(str(tmp_path / "f.txt")), api_name="/read") == "from a file"
+        finally:
+            demo.close()
+    assert sizes[True] < 0.8 * sizes[False], sizes
