@@ -15,6 +15,13 @@ Times are median (min) of `--repeats` interleaved rounds; the claims are the rat
 
     python bench/attribution_speed.py             # ~15 minutes on one shared core
     python bench/attribution_speed.py --quick     # n = 5, 50-token contexts, the 130m shape only
+    python bench/attribution_speed.py --sentences --repeats 3   # per ablation, at sentence grain
+
+--sentences: one demo QA sample (5 passages, 24 sentences), 64 random keep-masks over its
+sentences; per ablation, the time to build its state (a) composed from the sentences' stored states
+(CASO within each passage, PICASO-R across), (b) each ablated passage re-encoded then PICASO-R,
+(c) ContextCite's way: all the kept text re-encoded (Concat), and (d) to score a state (query +
+answer, batched): picaso_core.analysis.attribution_sources.
 """
 
 from __future__ import annotations
@@ -96,12 +103,56 @@ def demo_inputs(target_tokens: int, n: int):
     return model, contexts, tok.encode(s.query), tok.encode(s.continuation)
 
 
+def sentence_grain(repeats: int, n_masks: int = 64, seed: int = 0) -> tuple[list[str], dict]:
+    """Per-ablation times at sentence grain on the demo model (see --sentences above)."""
+    import numpy as np
+
+    from picaso_core.analysis.attribution import token_nll
+    from picaso_core.analysis.attribution_sources import ablated_states
+    from picaso_core.analysis.sources import encode_sources, make_sources
+    from picaso_core.data import load_corpus
+    from picaso_core.engine.loading import load_model
+    from picaso_core.engine.state import ContextState
+
+    model = load_model("demo")
+    tok = model.tokenizer
+    s = next(x for x in load_corpus("demo", "test", kind="qa").samples if x.sample_id == "demo-test-q0035")
+    q, a = tok.encode(s.query), tok.encode(s.continuation)
+    sources = make_sources(tok, list(s.contexts), "sentence", suffix="\n\n")
+    states = encode_sources(model, sources)
+    masks = np.random.default_rng(seed).random((n_masks, len(sources))) < 0.5
+    built = ablated_states(model, sources, states, masks, "picaso_r", "states")
+    batch = ContextState.stack(built)
+    fns = {"compose (states)": lambda: ablated_states(model, sources, states, masks, "picaso_r", "states"),
+           "re-encode passages, PICASO-R": lambda: ablated_states(model, sources, states, masks, "picaso_r", "reencode"),
+           "re-encode all kept text (Concat)": lambda: ablated_states(model, sources, states, masks, "concat", "reencode"),
+           "score (query + answer)": lambda: token_nll(model, q, a, batch)}
+    times = interleaved(fns, repeats)
+    med = medians(times)
+    per = {k: v / n_masks for k, v in med.items()}
+    base = per["compose (states)"]
+    tokens = sum(len(x.ids) for x in sources)
+    lines = [f"### sentence grain, demo model: {len(s.contexts)} passages, {len(sources)} sentences, {tokens} tokens; "
+             f"{n_masks} random ablations (keep 1/2)", "",
+             table([[k, f"{1e3 * v:.2f}", f"{v / base:.1f}x"] for k, v in per.items()],
+                   ["per ablation", "ms, median", "vs compose"]), "",
+             f"- **re-encoding (Concat) / composing = {per['re-encode all kept text (Concat)'] / base:.1f}x** to build "
+             f"an ablated state; with scoring: {(per['re-encode all kept text (Concat)'] + per['score (query + answer)']) / (base + per['score (query + answer)']):.1f}x", ""]
+    return lines, {"ms_per_ablation": {k: 1e3 * v for k, v in per.items()}}
+
+
 def main() -> None:
     ap = parser(__doc__, threads=1, repeats=2, quick="n = 5, 50-token contexts, 130m shape only",
                 helps={"threads": "torch threads (default 1: see above)"})
     ap.add_argument("--ablations", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sentences", action="store_true", help="per-ablation times at sentence grain only")
     args = parse(ap)
+    if args.sentences:
+        out, figures = sentence_grain(args.repeats, seed=args.seed)
+        print("\n".join(out))
+        write_json(args, figures)
+        return
     n, ctx_len = (5, 50) if args.quick else (10, 100)
     torch.manual_seed(args.seed)
     cfg = ModelConfig(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(layer="Mamba2"),

@@ -111,7 +111,7 @@ def shade_method(scores: dict) -> str | None:
 
 def _colour(v: float, vmax: float) -> str:
     """Red: the source supports the answer (positive score), blue: it hurts; alpha by |v| / vmax."""
-    a = 0.0 if vmax <= 0 else min(1.0, abs(v) / vmax) * 0.8
+    a = 0.0 if vmax <= 0 else min(1.0, abs(v) / vmax) * 0.55  # text stays readable on the strongest shade
     rgb = "220,38,38" if v > 0 else "37,99,235"
     return f"rgba({rgb},{a:.2f})"
 
