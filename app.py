@@ -7,8 +7,8 @@
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
 line): PICASO_MODEL, PICASO_CORPUS, PICASO_DATABASE, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
 PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_DTYPE, PICASO_ENCODE_ALL, PICASO_STORE, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
-over its variable. Serving many visitors (--workers, --queue-size, --max-sessions, --compose-cache-mb;
-PICASO_WORKERS, PICASO_QUEUE_SIZE, PICASO_MAX_SESSIONS, PICASO_COMPOSE_CACHE_MB): docs/serving.md.
+over its variable. Serving many visitors (--workers, --queue-size, --max-sessions, --compose-cache-mb, --threads;
+PICASO_WORKERS, PICASO_QUEUE_SIZE, PICASO_MAX_SESSIONS, PICASO_COMPOSE_CACHE_MB, PICASO_THREADS): docs/serving.md.
 
 The model, corpus, state store and retriever load once (picaso_core.ui.resources) and are shared
 read-only by every user; per-user data lives in gr.State inside the tabs. Each tab is a module of
@@ -95,9 +95,11 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    help="visitor sessions whose state is kept (the oldest goes first) [PICASO_MAX_SESSIONS]")
     p.add_argument("--compose-cache-mb", type=float, default=serve["cache_mb"],
                    help="memory for composed states kept between clicks (0: none) [PICASO_COMPOSE_CACHE_MB]")
+    p.add_argument("--threads", type=int, default=serve["threads"],
+                   help="torch threads per job (0: the cores shared out among the workers) [PICASO_THREADS]")
     args = p.parse_args(argv)
     try:
-        serving.check(args.workers, args.queue_size, args.max_sessions, args.compose_cache_mb)
+        serving.check(args.workers, args.queue_size, args.max_sessions, args.compose_cache_mb, args.threads)
     except ValueError as e:
         p.error(str(e))
     if args.corpus is None and args.database is None:
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         serving.in_background(compose_tab.warm, res)  # the example every visitor clicks first, scored ahead
     # one pool of --workers for every model-bound event, a queue of --queue-size (picaso_core.ui.serving)
     limits = serving.serve(demo, workers=args.workers, queue_size=args.queue_size, max_sessions=args.max_sessions,
-                           cache_mb=args.compose_cache_mb)
+                           cache_mb=args.compose_cache_mb, threads=args.threads)
     demo.launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=JS, show_error=True, **limits)
 
 

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
 from picaso_core.ui import serving
 from test_app import _free_port, write_corpus
@@ -61,6 +62,25 @@ def test_flags_and_environment(monkeypatch):
         app.parse_args([], {"PICASO_WORKERS": "two"})
     with pytest.raises(ValueError, match="PICASO_WORKERS='two': expected a whole number"):
         serving.settings({"PICASO_WORKERS": "two"})
+    assert app.parse_args([], {"PICASO_THREADS": "3"}).threads == 3
+    with pytest.raises(SystemExit):
+        app.parse_args(["--threads", "-1"], {})
+
+
+def test_each_job_gets_its_share_of_the_cores(monkeypatch):
+    """Threads per job: the cores shared out among the workers (never fewer than 1), or as asked;
+    serve() applies them to torch."""
+    assert [serving.job_threads(w, cores=16) for w in (1, 2, 4, 32)] == [16, 8, 4, 1]
+    assert serving.job_threads(2, cores=2) == 1 and serving.job_threads(1, cores=2) == 2
+    assert serving.job_threads(2, threads=3, cores=2) == 3
+    import gradio as gr
+
+    applied = []
+    monkeypatch.setattr(serving.torch, "set_num_threads", applied.append)
+    monkeypatch.setattr(serving, "in_background", lambda *a: None)  # no allocator trimming thread here
+    serving.serve(gr.Blocks(), workers=2, queue_size=4, max_sessions=10, threads=0)
+    serving.serve(gr.Blocks(), workers=2, queue_size=4, max_sessions=10, threads=5)
+    assert applied == [serving.job_threads(2), 5]
 
 
 def test_full_queue_refuses_at_once_and_the_pool_never_exceeds_its_size(res, monkeypatch):
@@ -84,6 +104,7 @@ def test_full_queue_refuses_at_once_and_the_pool_never_exceeds_its_size(res, mon
 
     monkeypatch.setattr(compose_tab, "compose", slow)
     monkeypatch.setattr(attribution_tab, "generate_answer", slow)
+    monkeypatch.setattr(serving.torch, "set_num_threads", lambda n: None)  # serve() sets the process's threads
     demo = app.build_app(res)
     limits = serving.serve(demo, workers=2, queue_size=2, max_sessions=50)
     port = _free_port()
@@ -126,7 +147,7 @@ def _page_sizes(res) -> dict[str, int]:
     import app
 
     demo = app.build_app(res)
-    limits = serving.serve(demo, workers=1, queue_size=4, max_sessions=10)
+    limits = serving.serve(demo, workers=1, queue_size=4, max_sessions=10, threads=torch.get_num_threads())
     port = _free_port()
     demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, **limits)
     sizes = {}

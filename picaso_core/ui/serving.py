@@ -12,15 +12,17 @@ QueueError) instead of waiting minutes. Settings: docs/serving.md.
 from __future__ import annotations
 
 import atexit
-import json
 import ctypes
 import ctypes.util
+import json
 import logging
 import os
 import threading
 import time
 
 from dataclasses import replace
+
+import torch
 
 from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
 
@@ -31,6 +33,7 @@ BUSY = "busy, try again in a minute"
 DEFAULT_WORKERS = 2  # 2 cores: see docs/serving.md for the measurement
 DEFAULT_QUEUE_SIZE = 16  # waiting events; at ~0.5 s a job and 2 workers: a few seconds' wait at most
 DEFAULT_SESSIONS = 200  # sessions whose state (history, per-session config) the server keeps
+DEFAULT_THREADS = 0  # torch threads per job; 0: the cores shared out among the workers (see job_threads)
 HISTORY_ROWS = 20  # rows of a session's run history kept
 LIGHT_THREADS = 14  # threads beyond the pool's: light events and Gradio's own sync routes (/info)
 
@@ -52,10 +55,13 @@ def settings(env: dict[str, str] | None = None) -> dict:
     return dict(workers=read("PICASO_WORKERS", int, DEFAULT_WORKERS),
                 queue_size=read("PICASO_QUEUE_SIZE", int, DEFAULT_QUEUE_SIZE),
                 max_sessions=read("PICASO_MAX_SESSIONS", int, DEFAULT_SESSIONS),
-                cache_mb=read("PICASO_COMPOSE_CACHE_MB", float, DEFAULT_BUDGET / 2**20))
+                cache_mb=read("PICASO_COMPOSE_CACHE_MB", float, DEFAULT_BUDGET / 2**20),
+                threads=read("PICASO_THREADS", int, DEFAULT_THREADS))
 
 
-def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float) -> None:
+def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float, threads: int = 0) -> None:
+    if threads < 0:
+        raise ValueError(f"--threads must be 0 (the cores shared out among the workers) or more, got {threads}")
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
     if queue_size < 0:
@@ -66,11 +72,25 @@ def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float) -> 
         raise ValueError(f"--compose-cache-mb must be 0 (no cache) or more, got {cache_mb}")
 
 
-def serve(demo, *, workers: int, queue_size: int, max_sessions: int, cache_mb: float | None = None):
+def job_threads(workers: int, threads: int = 0, cores: int | None = None) -> int:
+    """torch threads for each model-bound job: `threads`, or with 0 the cores shared out among the
+    workers (at least 1). Each job runs torch's intra-op threads; with more threads than cores in all
+    (2 workers x 2 threads on 2 cores), OpenMP's spinning threads take turns and a click under load
+    took several times as long (docs/serving.md)."""
+    if threads > 0:
+        return threads
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // workers)
+
+
+def serve(demo, *, workers: int, queue_size: int, max_sessions: int, cache_mb: float | None = None,
+          threads: int = DEFAULT_THREADS):
     """Queue `demo` with one model pool of `workers`, at most `queue_size` waiting events (0: no
-    bound) refused with BUSY beyond, and at most `max_sessions` sessions' state kept. Returns the
-    launch() keyword arguments that go with it."""
-    check(workers, queue_size, max_sessions, 0 if cache_mb is None else cache_mb)
+    bound) refused with BUSY beyond, and at most `max_sessions` sessions' state kept; torch runs
+    `job_threads(workers, threads)` threads. Returns the launch() keyword arguments that go with it."""
+    check(workers, queue_size, max_sessions, 0 if cache_mb is None else cache_mb, threads)
+    torch.set_num_threads(job_threads(workers, threads))
     if cache_mb is not None:
         CACHE.budget = int(cache_mb * 2**20)
     demo.queue(default_concurrency_limit=workers, max_size=queue_size or None)
