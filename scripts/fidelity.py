@@ -429,7 +429,9 @@ SECTIONS = [
      "label-shuffled twins. The paper's figures are curves without printed numbers: its claims are qualitative."),
     ("COFFEE (Zattra et al.)", "001_266f72224352c192.txt", coffee,
      "The paper: epochs of 10,000 x 512 sequences on a GPU. Ours: minutes on 2 shared CPU cores (batch 128), "
-     "accuracy on a held-out test set; docs/coffee.md has every row with its training curve."),
+     "accuracy on a held-out test set; seconds are training time on a shared machine (the rows of the CLI's "
+     "defaults ran under load average ~10; their CPU time is in docs/coffee.md, every row's command and budget "
+     "too)."),
     ("The lecture slides: structured SSMs", "004_5c589483ff3c2653.txt", slides,
      "The complexity table's exponents against the measured log-log slopes (docs/primer.md)."),
 ]

@@ -52,6 +52,8 @@ EXPLAIN = (
     "the paper's results (table 1: S6 0.68 after 100 epochs, COFFEE 0.99+ after one)."
 )
 PAPER_ROWS = [  # (table, setting, model, params, paper accuracy, key into the shipped results)
+    ("1", "L_seq 16, L_tri 1, L_tar 1, n 8, D 16: the CLI's defaults, seed 0", "COFFEE", 784, "0.99+", "t1_default_s0"),
+    ("1", "the same defaults", "S6", 784, "0.68", "t1_default_s6"),
     ("1", "L_seq 16, L_tri 1, L_tar 1, n 8, D 16", "S6", 784, "0.68", "t1_s6"),
     ("1", "L_seq 16, L_tri 1, L_tar 1, n 8, D 16", "COFFEE", 784, "0.99+", "t1_coffee"),
     ("1", "the same, COFFEE as the paper's eq. 7 (--variant minimal; its formula gives 512)", "COFFEE", 784, "0.99+",
