@@ -1,4 +1,5 @@
-"""The Attribution tab in headless Chromium: open the tab, run the example, see the bar chart drawn.
+"""The Attribution tab in headless Chromium: open the tab, run the example, see the bar chart drawn
+and the contexts' sentences shaded; select words of the answer and see that span attributed.
 
 Reuses test_browser's `browser` fixture (skips without chromium / selenium) and test_app's launched
 app (`app_url`). Leaves a screenshot at $PICASO_SCREENSHOT_ATTRIBUTION (default
@@ -8,6 +9,7 @@ app (`app_url`). Leaves a screenshot at $PICASO_SCREENSHOT_ATTRIBUTION (default
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -39,6 +41,19 @@ def test_attribution_tab_runs_and_draws_the_bar_chart(browser, app_url):  # noqa
     heat = browser.find_element(By.ID, "attribution-heatmap")
     WebDriverWait(browser, 60).until(lambda d: heat.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"))
     assert browser.find_elements(By.CSS_SELECTOR, ".px-gold")  # the gold context is marked
+    # the page opens on sentences (this corpus: one per context): each is shaded, with a legend in nats
+    sources = browser.find_element(By.ID, "attribution-sources")
+    assert len(sources.find_elements(By.CSS_SELECTOR, "[id^='px-src-']")) >= len(browser.find_elements(
+        By.CSS_SELECTOR, "#attribution-sources .px-ctx")) >= 1 and "nats per answer token" in sources.text
+    assert "sources (sentences)" in browser.page_source
+    # selecting words of the answer (mouse selection: the textarea's select event) re-attributes that span
+    answer = browser.find_element(By.CSS_SELECTOR, "#attribution-answer textarea")
+    word = "Osric Dallen"
+    i = answer.get_attribute("value").index(word)
+    browser.execute_script("const t = arguments[0]; t.focus(); t.setSelectionRange(arguments[1], arguments[2]);"
+                           "t.dispatchEvent(new Event('select', {bubbles: true}));", answer, i, i + len(word))
+    WebDriverWait(browser, 180).until(lambda d: "scoring the span" in d.page_source)
+    assert re.search(rf"scoring the span\s*<code[^>]*>\s*{word}\s*</code>", browser.page_source)
     shot = os.environ.get("PICASO_SCREENSHOT_ATTRIBUTION", str(Path(tempfile.gettempdir()) / "picaso_attribution.png"))
     browser.save_screenshot(shot)
     # at 800 px the panel titles (time on a second line) stay whole and the two heatmaps stack
