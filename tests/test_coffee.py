@@ -283,6 +283,8 @@ def test_ih_test_set_is_held_out_and_reported():
     (["--model", "s6", "--variant", "minimal"], "--variant does not apply"),
     (["--task", "ih0", "--n", "4"], "--n does not apply to --task ih0"),
     (["--task", "digits", "--d", "8"], "--d does not apply to --task digits"),
+    (["--task", "digits", "--seq-len", "5"], "--seq-len does not apply to --task digits --model coffee: the digits task reads"),
+    (["--digits", "sklearn"], "--digits does not apply to --task ih --model coffee: it picks the images"),
     (["--augment"], "--augment does not apply"),
 ])
 def test_cli_refuses_flags_that_do_not_apply(flags, match, capsys):

@@ -30,14 +30,16 @@ def s6_by_integration(u, lam, w_b, w_c, w_d, substeps=256):
     """Eq. 2-3 from the continuous system: for each step k hold u(k), B(k) = W_B u(k) fixed for a time
     Delta(k) = softplus(W_D u(k)) and integrate dx/dt = lam x + B(k) u_i(k) from x(k-1) by RK4.
     u (l, D); lam (D, n); w_b, w_c (n, D); w_d (D, D). Returns y (l, D), X (l, D, n)."""
-    l, d = u.shape
     x = np.zeros_like(lam)
     ys, xs = [], []
-    for k in range(l):
+    for k in range(len(u)):
         delta = _softplus(w_d @ u[k])                       # (D,)
         drive = (w_b @ u[k])[None, :] * u[k][:, None]       # (D, n): B(k) u_i(k)
         h = (delta / substeps)[:, None]
-        f = lambda z: lam * z + drive                       # noqa: E731
+
+        def f(z, drive=drive):                              # dx/dt, u and B held over the step
+            return lam * z + drive
+
         for _ in range(substeps):
             k1 = f(x)
             k2 = f(x + h / 2 * k1)

@@ -8,17 +8,27 @@ from __future__ import annotations
 
 import torch
 
-from picaso_core.lab.training import CLI_DEFAULTS, CLI_LR, MODELS, TASKS, LabConfig, applies, summary, train_iter
+from picaso_core.lab.training import (
+    CLI_DEFAULTS,
+    CLI_LR,
+    MODELS,
+    TASKS,
+    LabConfig,
+    applies,
+    summary,
+    train_iter,
+)
 
-WHY_NOT = {  # why a flag does not apply: by flag, else by task
-    "ih0": "IH0 runs sec. 5's fixed setting (8 sequences of L 4, n 1, D 2; all 8 every step)",
-    "digits": "the digits task reads 25x25 (or 8x8) images: D is the image width, the sequences are its rows",
-    # by flag (looked up first)
+WHY_NOT_FLAG = {  # why a flag does not apply, by flag (looked up first)
     "variant": "it picks COFFEE's form on the IH task (S6 has one form; IH0 and the digits use eq. 7)",
     "output_filter": "Remark 3's filter is an option of COFFEE on the digits task (on IH, --variant full includes it)",
     "augment": "it roto-translates the training images of the digits task",
     "digits": "it picks the images of the digits task",
     "ih0_train": "it picks what COFFEE learns on the IH0 task",
+}
+WHY_NOT_TASK = {  # else by task (a flag named like a task, --digits, must not shadow the task's reason)
+    "ih0": "IH0 runs sec. 5's fixed setting (8 sequences of L 4, n 1, D 2; all 8 every step)",
+    "digits": "the digits task reads 25x25 (or 8x8) images: D is the image width, the sequences are its rows",
 }
 
 
@@ -81,7 +91,7 @@ def refuse_unused(a) -> None:
         return
     for field in sorted(a.given - {"task", "model"}, key=list(vars(a)).index):
         if not applies(a, field):
-            why = WHY_NOT.get(field) or WHY_NOT.get(a.task, "")
+            why = WHY_NOT_FLAG.get(field) or WHY_NOT_TASK.get(a.task, "")
             raise ValueError(f"--{field.replace('_', '-')} does not apply to --task {a.task} --model {a.model}"
                              + (f": {why}" if why else "") + "; leave it out")
 
