@@ -214,7 +214,7 @@ def shortfalls(report: dict) -> list[str]:
         out.append(f"- Fig. 4 (MiniLM top-k): after BPTC the gap is within {GAP_GOAL_PCT:g}% at k = "
                    + ", ".join(str(k) for k in g if k not in over)
                    + (("; **still open at k = " + ", ".join(
-                       f"{k}: {g[k]:+.1f}%" + (f" (BP2C {g2[k]:+.1f}%" if k in g2 else " (") + f", base {gb[k]:+.1f}%)"
+                       f"{k}: {g[k]:+.1f}% (" + (f"BP2C {g2[k]:+.1f}%, " if k in g2 else "") + f"base {gb[k]:+.1f}%)"
                        for k in over) + "**: BPTC narrows it at every k but does not close it where k is larger")
                       if over else f" and at every k shown") + ".")
     paired = (tuned.get("skills") or {}).get("vs_base") or {}
