@@ -169,7 +169,9 @@ def report_markdown(report: dict) -> str:
     lines += [f"| {row} | " + " | ".join(f"{v[t][0]:.1f} ± {v[t][1]:.1f}" for t in tasks) + " |"
               for row, v in PAPER_TABLE2.items()]
     if report.get("train"):
-        lines += ["", "### Training (same steps for BPTC and BP2C of one data kind)", "",
+        same = all(len({t["steps"] for n, t in report["train"].items() if n in (f"bptc{kind}", f"bp2c{kind}")}) <= 1
+                   for kind in ("-retrieval", "-qa"))
+        lines += ["", "### Training" + (" (same steps for BPTC and BP2C of one data kind)" if same else ""), "",
                   "| run | steps | examples | s / step (wall, shared CPU) | loss, first 10 steps | loss, last 10 steps |",
                   "|---|---|---|---|---|---|"]
         for name, t in report["train"].items():
@@ -179,6 +181,11 @@ def report_markdown(report: dict) -> str:
             lines += ["", "†: not retrained for this report; the row of an earlier run with this config (the evaluation "
                       "is deterministic: a run with the same config gives the same row)."]
     return "\n".join(lines)
+
+
+def _bp2c_steps(train: dict) -> str:
+    a, b = (train.get(n) or {} for n in ("bptc-retrieval", "bp2c-retrieval"))
+    return "same steps" if a.get("steps") == b.get("steps") else f"{b.get('steps', '?')} steps, an earlier run"
 
 
 def _k_note(cfg: dict) -> str:
@@ -310,7 +317,7 @@ It is a small model on synthetic data, like its base.
 Goal: after BPTC, PICASO-R's held-out loss within 2% of Concat's (40 held-out retrieval samples,
 each with its own 3-5 candidate contexts; base: {base_gap if base_gap is not None else '?'}% above). This model {verdict} it there
 ({far}):
-PICASO-R minus Concat is {goal if goal is not None else '?'}% of Concat's loss there (BP2C, same steps:
+PICASO-R minus Concat is {goal if goal is not None else '?'}% of Concat's loss there (BP2C, {_bp2c_steps(train)}:
 {own.get('bp2c-retrieval', '?')}%); with the MiniLM top-5 of the test database (the experiments protocol): base
 {top5.get('base', '?')}%, BPTC {top5.get('bptc-retrieval', '?')}%, BP2C {top5.get('bp2c-retrieval', '?')}%.
 
