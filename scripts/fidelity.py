@@ -441,9 +441,9 @@ SECTIONS = [
       "label-shuffled twins. The paper's figures are curves without printed numbers: its claims are qualitative.")),
     ("COFFEE (Zattra et al.)", "001_266f72224352c192.txt", coffee,
      ("The paper: epochs of 10,000 x 512 sequences on a GPU. Ours: minutes on 2 shared CPU cores (batch 128), "
-      "accuracy on a held-out test set; seconds are training time on a shared machine (the rows of the CLI's "
-      "defaults ran under load average ~10; their CPU time is in docs/coffee.md, every row's command and budget "
-      "too).")),
+      "accuracy on a held-out test set; seconds are training time on a machine shared with other jobs (the "
+      "CLI's default rows at load average 4-5, S6's at ~10; docs/coffee.md gives their wall-clock and CPU time, "
+      "and every row's command and budget).")),
     ("The lecture slides: structured SSMs", "004_5c589483ff3c2653.txt", slides,
      "The complexity table's exponents against the measured log-log slopes (docs/primer.md)."),
 ]
