@@ -13,6 +13,12 @@ Prints the table and writes the model card section assets/demo_model/card_attrib
     python scripts/measure_attribution.py                          # demo model, 200 held-out samples
     python scripts/measure_attribution.py --samples 50 --no-card   # quicker, prints only
     python scripts/measure_attribution.py --model state-spaces/mamba2-2.7b --corpus msmarco --split validation --no-card
+    python scripts/measure_attribution.py --all-kept --samples 50 [--conv-window 0]
+
+--all-kept: how far every sentence kept, each passage composed (CASO) from its sentences' states,
+is from the passages' own states: |L(PICASO-R of the composed passages) - L(PICASO-R of the stored
+passages)| per sample (nats per answer token). --conv-window 0 encodes each sentence from the empty
+state instead of after the previous sentence's conv window (picaso_core.analysis.sources).
 """
 
 from __future__ import annotations
@@ -34,6 +40,31 @@ from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
 from picaso_core.ui.resources import CONTEXT_SUFFIX  # noqa: E402
 
 
+def all_kept(args) -> None:
+    """Print the |ΔL| of every sentence kept vs the passages' own states (see --all-kept)."""
+    import numpy as np
+
+    from picaso_core.analysis.attribution_sources import ablation_losses
+    from picaso_core.analysis.sources import encode_sources, make_sources
+
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    tok = model.tokenizer
+    window = model.config.ssm_cfg.d_conv - 1 if args.conv_window is None else args.conv_window
+    gaps = []
+    for s in [s for s in load_corpus(args.corpus, args.split, kind="qa").samples if s.contexts][: args.samples]:
+        q, a = tok.encode(s.query), tok.encode(s.continuation)
+        losses = []
+        for grain in ("context", "sentence"):
+            src = make_sources(tok, list(s.contexts), grain, suffix=CONTEXT_SUFFIX, conv_window=window)
+            losses.append(float(ablation_losses(model, q, a, src, encode_sources(model, src),
+                                                np.ones((1, len(src)))).mean()))
+        gaps.append(losses[1] - losses[0])
+    g = np.abs(gaps)
+    print(f"{len(g)} samples, conv window {window}: |dL| median {np.median(g):.3f}, mean {g.mean():.3f}, "
+          f"90th percentile {np.quantile(g, 0.9):.3f}, max {g.max():.3f}; signed mean {np.mean(gaps):+.3f} nats/token")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="demo")
@@ -48,7 +79,11 @@ def main() -> None:
                     + ",surrogate (default: all)")
     ap.add_argument("--minutes", type=float, default=None,
                     help="stop after this many minutes and report the samples done (they are taken in order)")
+    ap.add_argument("--all-kept", action="store_true", help="sentences composed vs the passages' states (see above)")
+    ap.add_argument("--conv-window", type=int, default=None, help="--all-kept: tokens of conv window (default d_conv-1)")
     args = ap.parse_args()
+    if args.all_kept:
+        return all_kept(args)
     torch.set_num_threads(args.threads)
     from tqdm import tqdm
 

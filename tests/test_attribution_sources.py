@@ -91,8 +91,9 @@ def test_all_sentences_kept_are_the_contexts_own_state_for_one_layer(family):
 
 def test_all_sentences_kept_on_the_demo_model_within_the_measured_tolerance(demo):
     """The demo model (4 layers): PICASO-R of the contexts, each composed (CASO) from its sentences,
-    vs PICASO-R of the contexts' own states. Measured over 50 demo QA samples (docs/attribution.md):
-    |ΔL| mean 0.03, 90th percentile 0.07 nats per answer token; here 2 samples within 0.05."""
+    vs PICASO-R of the contexts' own states. Measured over 50 demo QA samples (docs/attribution.md,
+    scripts/measure_attribution.py --all-kept): |ΔL| median 0.019, mean 0.061, 90th percentile 0.21
+    nats per answer token; the first 2 samples (0.001, 0.003) are checked within 0.05."""
     from picaso_core.data import load_corpus
 
     tok = demo.tokenizer
@@ -170,8 +171,8 @@ def test_a_span_is_the_full_attribution_restricted_to_its_tokens(demo, made_up):
 QUESTION = "Question: Who founded Tarlo?\nAnswer:"
 STATED = " Local accounts credit Mirel Vostani with founding Tarlo."
 MADE_UP = [  # the demo world's phrasing, an entity it never saw; one sentence states the answer
-    ("tarlo-a", "Notes on Tarlo. The markets of Tarlo open early in the morning. "
-                "The river Calka runs through the centre of Tarlo."),
+    ("tarlo-a", ("Notes on Tarlo. The markets of Tarlo open early in the morning. "
+                 "The river Calka runs through the centre of Tarlo.")),
     ("tarlo-b", "This passage is about Tarlo. Many stories are told about the early days of Tarlo." + STATED +
                 " Its old quarter is known for narrow streets and stone walls."),
     ("gorfalka-x", "On Gorfalka: About 790166 people live in Gorfalka. The main export of Gorfalka is silver wool."),

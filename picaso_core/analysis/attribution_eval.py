@@ -195,6 +195,8 @@ def main(argv=None) -> dict:
         print(f"[{i}/{len(todo)}] {g} {s.sample_id}: {rec['n_sources']} sources, {time.perf_counter() - t0:.1f} s "
               f"({time.perf_counter() - t_start:.0f} s in all)", file=sys.stderr, flush=True)
     summary = summarize(records, counts)
+    (out / "summary.json").write_text(json.dumps({"args": vars(args), "rows": summary}, indent=1))
+    (out / "table.md").write_text(table(summary, counts) + "\n")
     print(table(summary, counts))
     return summary
 
