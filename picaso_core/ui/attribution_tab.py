@@ -54,10 +54,11 @@ DESCRIBE = {
     "surrogate": "ContextCite-style: LASSO over 64 random subsets composed with PICASO-R; score = -weight",
 }
 INTRO = (
-    "**Which context does the answer rest on?** Leave a context out and see how much the answer's loss "
-    "rises. With a database of states, leaving one out costs a weighted sum of the other stored states "
-    "(no context re-read), where Concat re-processes the text for every subset. **Look at:** whether the "
-    "gold bar (★) is the top one for each method, and the times in the panel titles."
+    "**Which context, which sentence, does the answer rest on?** Leave a source out and see how much the "
+    "answer's loss rises. With a database of states, leaving one out costs a weighted sum of the other "
+    "stored states (no context re-read), where Concat re-processes the text for every subset. **Look at:** "
+    "the shaded sentence that states the answer, whether the gold bar (★) is the top one for each method, "
+    "and the times in the panel titles; select words of the answer to attribute just that span."
 )
 PAPER_NOTE = ("Paper (table 4): MS MARCO, Mamba2-2.7B, precision of the top-scored passage. LOI 0.699, "
               "Concat 0.690, Soup 0.629, CASO 0.725, PICASO-R 0.732, PICASO-S 0.731.")
