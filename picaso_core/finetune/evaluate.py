@@ -264,7 +264,7 @@ def ship(run_dir: Path, dest: Path, report: dict, command: str) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for f in ("config.json", "model.safetensors", "tokenizer.json", "train_log.json"):
         shutil.copy2(Path(run_dir) / f, dest / f)
-    slim = {k: v for k, v in report.items() if k != "markdown"}
+    slim = {**{k: v for k, v in report.items() if k != "markdown"}, "command": command}
     (dest / "finetune_eval.json").write_text(json.dumps(slim, indent=1))
     write_card(dest, slim, command)
 

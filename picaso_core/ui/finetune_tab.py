@@ -83,10 +83,10 @@ def table1_frame(report: dict | None) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = []
     for name, r in report["models"].items():
-        paper = PAPER_TABLE1[PAPER_ROW[name]]
+        paper = PAPER_TABLE1.get(PAPER_ROW.get(name, ""))  # a control run has no paper row
         rows.append([ROW_NAMES.get(name, name), *[None if r["table1"].get(m) is None else round(r["table1"][m], 3)
                                                   for m in TABLE1_METHODS],
-                     f"{PAPER_ROW[name]}: " + ", ".join(f"{paper[m]:.2f}" for m in TABLE1_METHODS)])
+                     f"{PAPER_ROW[name]}: " + ", ".join(f"{paper[m]:.2f}" for m in TABLE1_METHODS) if paper else "–"])
     return pd.DataFrame(rows, columns=cols)
 
 
