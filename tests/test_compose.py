@@ -414,6 +414,28 @@ def test_compose_tokens_concat_and_picconcat_r(family):
         compose_tokens(model, [], "concat")
 
 
+def test_picconcat_r_rotations_read_in_groups_at_once(family):
+    """PICConcat-R's rotations read in 2, 3 or 7 groups, each in its own thread, give the mean of
+    the rotation states one at a time (independent of the batched reading), from stored states
+    and from the empty state; threads below 1 are refused."""
+    model = tiny_model(family).double()
+    g = torch.Generator().manual_seed(2)
+    ctx = [torch.randint(0, 300, (ln,), generator=g).tolist() for ln in (6, 9, 5, 7, 4)]
+    flat = lambda cs: [t for c in cs for t in c]  # noqa: E731
+    stored = [model.encode_context(c) for c in ctx]
+    # rotation r, one at a time: u_r's stored state, then the other contexts in rotated order
+    rots = [model.encode_context(flat(ctx[r + 1:] + ctx[:r]), state=stored[r]) for r in range(5)]
+    for threads in (1, 2, 3, 7):
+        for states in (stored, None):
+            pic = compose_tokens(model, ctx, "picconcat_r", states=states, threads=threads)
+            for f in ("ssm", "conv", "log_decay"):
+                torch.testing.assert_close(getattr(pic, f), sum(getattr(s, f) for s in rots) / 5,
+                                           rtol=1e-9, atol=1e-10, msg=f"{threads} threads, {f}")
+            assert pic.num_tokens == 31
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        compose_tokens(model, ctx, "picconcat_r", states=stored, threads=0)
+
+
 def test_nested_token_states_equal_concat_and_picconcat_built_one_k_at_a_time(family):
     from picaso_core.compose import nested_token_states
     model = tiny_model(family).double()

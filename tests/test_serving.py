@@ -73,6 +73,10 @@ def test_each_job_gets_its_share_of_the_cores(monkeypatch):
     assert [serving.job_threads(w, cores=16) for w in (1, 2, 4, 32)] == [16, 8, 4, 1]
     assert serving.job_threads(2, cores=2) == 1 and serving.job_threads(1, cores=2) == 2
     assert serving.job_threads(2, threads=3, cores=2) == 3
+    for torch_threads, cores, want in ((1, 2, 2), (2, 2, 1), (4, 2, 1), (2, 16, 8)):
+        monkeypatch.setattr(serving.torch, "get_num_threads", lambda n=torch_threads: n)
+        assert serving.rotation_threads(cores) == want  # PICConcat-R's rotations: the cores torch leaves
+    monkeypatch.undo()
     import gradio as gr
 
     applied = []

@@ -236,10 +236,13 @@ class ResultCache:
 
 
 def cached_states(cache: ComposeCache, model, methods: Sequence[str], ids: Sequence[str], context_ids: Sequence,
-                  context_states: Sequence, *, model_fp: str, store_fp: str) -> tuple[dict, dict[str, Lookup]]:
+                  context_states: Sequence, *, model_fp: str, store_fp: str,
+                  threads: int = 1) -> tuple[dict, dict[str, Lookup]]:
     """The states of every cached method in `methods` for contexts `ids` (in presentation order,
     with their token ids and stored states), through `cache`: ({method: state}, {method: Lookup}),
-    ready for `run_methods(..., prebuilt=...)`. Methods the cache does not key ("none") are left out."""
+    ready for `run_methods(..., prebuilt=...)`. Methods the cache does not key ("none") are left out.
+    threads: see `compose.compose_tokens` (a cached state is the one built with the threads of
+    the call that missed)."""
     from picaso_core.analysis.evaluate import _build_state
 
     tokens = dict(zip(ids, context_ids))
@@ -248,7 +251,7 @@ def cached_states(cache: ComposeCache, model, methods: Sequence[str], ids: Seque
         if m not in KEYING or not ids:
             continue
         built[m], looked[m] = cache.state(
-            m, ids, context_states, lambda order, sts, m=m: _build_state(model, m, [tokens[c] for c in order], sts),
+            m, ids, context_states, lambda order, sts, m=m: _build_state(model, m, [tokens[c] for c in order], sts, threads),
             model_fp=model_fp, store_fp=store_fp)
     return built, looked
 

@@ -53,14 +53,15 @@ def _check_methods(methods: Sequence[str]) -> tuple[str, ...]:
     return tuple(methods)
 
 
-def _build_state(model, method: str, context_ids, context_states) -> ContextState:
+def _build_state(model, method: str, context_ids, context_states, threads: int = 1) -> ContextState:
+    """The state `method` builds from the contexts; threads: see `compose.compose_tokens`."""
     from picaso_core.compose import compose, compose_tokens  # torch: imported on first use, not by the CLI's --help
 
     if method == "none" or not context_ids:  # the composition of no context is the identity
         return model.empty_state()
     if method in STATE_METHODS:
         return compose(method, context_states)
-    return compose_tokens(model, context_ids, method, states=context_states)
+    return compose_tokens(model, context_ids, method, states=context_states, threads=threads)
 
 
 def run_methods(model, query_ids, continuation_ids, context_ids, context_states=None, methods=METHODS,

@@ -79,9 +79,18 @@ def job_threads(workers: int, threads: int = 0, cores: int | None = None) -> int
     took several times as long (docs/serving.md)."""
     if threads > 0:
         return threads
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // workers)
+    return max(1, (cores or _cores()) // workers)
+
+
+def rotation_threads(cores: int | None = None) -> int:
+    """Threads for PICConcat-R's rotations in one click (`compose.compose_tokens`): the cores over
+    torch's threads per job. With one torch thread a job on 2 cores, the rotations read in two
+    groups at once; the click's other steps are too small for a second core to help."""
+    return max(1, (cores or _cores()) // torch.get_num_threads())
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def serve(demo, *, workers: int, queue_size: int, max_sessions: int, cache_mb: float | None = None,
@@ -329,7 +338,7 @@ def run_methods_cached(res, query_ids: list[int], continuation_ids: list[int], i
     states = res.states(ids)
     context_ids = [res.token_ids(cid) for cid in ids]
     progress(0.3, desc=f"composing with {len(methods)} methods, generating {max_new_tokens} tokens each")
-    built, looked = cached_states(CACHE, res.model, methods, ids, context_ids, states, **fps)
+    built, looked = cached_states(CACHE, res.model, methods, ids, context_ids, states, **fps, threads=rotation_threads())
     results = run_methods(res.model, query_ids, continuation_ids, context_ids, context_states=states,
                           methods=methods, generate_tokens=max_new_tokens, seed=0, prebuilt=built)
     results = [replace(r, compose_s=looked[r.method].compose_s, note=looked[r.method].label)
