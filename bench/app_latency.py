@@ -231,6 +231,7 @@ def bench_compose(model_name: str, corpus: str, split: str, cache: Path, k: int,
         stats = client.predict(api_name="/cache_stats")
         return {"k": k, "calls": len(times), "startup_s": startup_s, "idle_after_s": idle_after_s, "warmup_s": warmup,
                 "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "methods": methods,
+                "times_s": [round(t, 4) for t in times], "repeat_s": [round(t, 4) for t in repeat],
                 "cached_median_s": statistics.median(repeat), "cached_max_s": max(repeat),
                 "cache_hit_rate": stats["hit_rate"], "results_hit_rate": stats["results"]["hit_rate"]}
     finally:
