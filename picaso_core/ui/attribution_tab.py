@@ -442,9 +442,11 @@ def render(res: Resources) -> None:
           **MODEL)
     # selecting words of the answer re-attributes that span; "Whole answer" goes back to all of it
     answer.select(select_span, None, [span_start, span_end], api_visibility="private", **LIGHT).then(
-        attribute_endpoint, inputs, outputs, api_visibility="private", preprocess=False, **MODEL)
+        attribute_endpoint, inputs, outputs, api_name="attribute_span", api_visibility="private", preprocess=False,
+        **MODEL)
     whole.click(lambda: (None, None), None, [span_start, span_end], api_visibility="private", **LIGHT).then(
-        attribute_endpoint, inputs, outputs, api_visibility="private", preprocess=False, **MODEL)
+        attribute_endpoint, inputs, outputs, api_name="attribute_whole_answer", api_visibility="private",
+        preprocess=False, **MODEL)
     # a new answer or example: its old span no longer applies
     gr.on([answer.input, example.change], lambda: (None, None), None, [span_start, span_end],
           api_visibility="private", **LIGHT)
