@@ -76,6 +76,7 @@ def test_each_job_gets_its_share_of_the_cores(monkeypatch):
     for torch_threads, cores, want in ((1, 2, 2), (2, 2, 1), (4, 2, 1), (2, 16, 8)):
         monkeypatch.setattr(serving.torch, "get_num_threads", lambda n=torch_threads: n)
         assert serving.rotation_threads(cores) == want  # PICConcat-R's rotations: the cores torch leaves
+        assert serving.rotation_threads(cores, device="cuda") == 1  # a GPU: one batch
     monkeypatch.undo()
     import gradio as gr
 

@@ -82,10 +82,13 @@ def job_threads(workers: int, threads: int = 0, cores: int | None = None) -> int
     return max(1, (cores or _cores()) // workers)
 
 
-def rotation_threads(cores: int | None = None) -> int:
-    """Threads for PICConcat-R's rotations in one click (`compose.compose_tokens`): the cores over
-    torch's threads per job. With one torch thread a job on 2 cores, the rotations read in two
-    groups at once; the click's other steps are too small for a second core to help."""
+def rotation_threads(cores: int | None = None, device: str = "cpu") -> int:
+    """Threads for PICConcat-R's rotations in one click (`compose.compose_tokens`): on the CPU, the
+    cores over torch's threads per job (with one torch thread a job on 2 cores, the rotations read
+    in two groups at once; the click's other steps are too small for a second core to help); on a
+    GPU one, where a single batch is what keeps it busy."""
+    if device != "cpu":
+        return 1
     return max(1, (cores or _cores()) // torch.get_num_threads())
 
 
@@ -173,9 +176,11 @@ class SlimConfig:
             kind = next((v for k, v in headers if k.lower() == b"content-type"), b"")
             if start["status"] == 200 and kind.startswith(b"application/json"):
                 try:
-                    body = json.dumps(slim_config(json.loads(body)), separators=(",", ":")).encode()
-                except ValueError:  # not the config we know: send it as it came
-                    pass
+                    config = json.loads(body)
+                except ValueError:  # not JSON after all: send it as it came
+                    config = None
+                if isinstance(config, dict):
+                    body = json.dumps(slim_config(config), separators=(",", ":")).encode()
             await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
 
@@ -338,7 +343,8 @@ def run_methods_cached(res, query_ids: list[int], continuation_ids: list[int], i
     states = res.states(ids)
     context_ids = [res.token_ids(cid) for cid in ids]
     progress(0.3, desc=f"composing with {len(methods)} methods, generating {max_new_tokens} tokens each")
-    built, looked = cached_states(CACHE, res.model, methods, ids, context_ids, states, **fps, threads=rotation_threads())
+    built, looked = cached_states(CACHE, res.model, methods, ids, context_ids, states, **fps,
+                                  threads=rotation_threads(device=res.model.device.type))
     results = run_methods(res.model, query_ids, continuation_ids, context_ids, context_states=states,
                           methods=methods, generate_tokens=max_new_tokens, seed=0, prebuilt=built)
     results = [replace(r, compose_s=looked[r.method].compose_s, note=looked[r.method].label)
