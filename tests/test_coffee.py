@@ -28,17 +28,23 @@ def one_thread():
     torch.set_num_threads(prev)
 
 
-# ---- fast paths == references -------------------------------------------------------------------
-@pytest.mark.parametrize("learn_b,output_filter", [(False, False), (True, True)])
-def test_coffee_fast_path_equals_reference(learn_b, output_filter):
-    torch.manual_seed(0)
-    layer = Coffee(5, 3, learn_b=learn_b, output_filter=output_filter).double()
+def random_coffee(d: int, n: int, learn_b: bool, output_filter: bool) -> Coffee:
+    """A float64 COFFEE layer whose decays, B and output filter are all away from their init."""
+    layer = Coffee(d, n, learn_b=learn_b, output_filter=output_filter).double()
     with torch.no_grad():
         layer.lam.uniform_(-2, 0)
         if learn_b:
             layer.b.normal_()
         if output_filter:
             layer.wg.normal_()
+    return layer
+
+
+# ---- fast paths == references -------------------------------------------------------------------
+@pytest.mark.parametrize("learn_b,output_filter", [(False, False), (True, True)])
+def test_coffee_fast_path_equals_reference(learn_b, output_filter):
+    torch.manual_seed(0)
+    layer = random_coffee(5, 3, learn_b, output_filter)
     u = torch.randn(4, 11, 5, dtype=torch.float64, requires_grad=True)
     (y1, X1), (y2, X2) = layer(u, fast=True), layer(u, fast=False)
     torch.testing.assert_close(y1, y2, rtol=1e-12, atol=1e-12)

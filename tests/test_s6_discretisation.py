@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from picaso_core.lab.coffee.model import S6, Coffee
+from picaso_core.lab.coffee.model import S6
+from test_coffee import random_coffee
 
 
 def _softplus(z):
@@ -95,13 +96,7 @@ def coffee_by_the_equations(u, lam, c, wd, b=None, wg=None):
 def test_coffee_follows_eq_5_to_7(fast, learn_b, output_filter):
     torch.manual_seed(1)
     d, n, l = 3, 2, 7
-    layer = Coffee(d, n, learn_b=learn_b, output_filter=output_filter).double()
-    with torch.no_grad():
-        layer.lam.uniform_(-2, 0)
-        if learn_b:
-            layer.b.normal_()
-        if output_filter:
-            layer.wg.normal_()
+    layer = random_coffee(d, n, learn_b, output_filter)
     u = torch.randn(2, l, d, dtype=torch.float64)
     y, X = layer(u, fast=fast)
     p = {k: (v.detach().numpy() if v is not None else None)
