@@ -238,7 +238,9 @@ def test_tour_step_endpoint_through_gradio_client(tour_app):
     for n in range(1, len(STEPS) + 1):
         t = time.perf_counter()
         out = client.predict(step=n, api_name="/tour_step")
-        assert time.perf_counter() - t < 1.0 and out["seconds"] < 1.0
+        # served from the cache: under a second in the handler; the round trip through gradio_client
+        # adds its queue and stream (1.6 s once on a 2-core CI run), so it is bounded more loosely
+        assert out["seconds"] < 1.0 and time.perf_counter() - t < 3.0
         assert out["cached"] is True and out["title"] == STEPS[n - 1].title and out["tab"] == STEPS[n - 1].tab
         assert set(out) >= {"title", "tab", "inputs", "text", "cached", "seconds"}
 
