@@ -44,6 +44,7 @@ All of it is torch ops, differentiable with respect to the states, the log-decay
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import torch
@@ -278,8 +279,6 @@ def _encode_in_groups(model, seqs: list, states: list | None, threads: int) -> l
         return model.encode_contexts(seqs, states=states)
     bounds = [round(i * len(seqs) / groups) for i in range(groups + 1)]
     parts = [(seqs[a:b], None if states is None else states[a:b]) for a, b in zip(bounds, bounds[1:])]
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(groups - 1) as pool:
         rest = [pool.submit(model.encode_contexts, sq, states=st) for sq, st in parts[1:]]
         first = model.encode_contexts(parts[0][0], states=parts[0][1])
