@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from picaso_core.compose import composition_weights
+from picaso_core.compose import composition_weights, mean_of_rotations
 from picaso_core.engine.state import ContextState
 
 STATE_METHODS = ("soup", "caso", "picaso_s", "picaso_r")  # composed from the stored states
@@ -143,9 +143,7 @@ def _token_subset_states(model, method: str, states, context_ids, masks: Tensor)
     if rotations:
         encoded = model.encode_contexts([ids for _, ids in rotations], batch_size=64)
         for r in dict.fromkeys(r for r, _ in rotations):
-            rot = ContextState.stack([e for (rr, _), e in zip(rotations, encoded) if rr == r])
-            out[r] = ContextState(ssm=rot.ssm.mean(0), conv=rot.conv.mean(0), log_decay=rot.log_decay.mean(0),
-                                  num_tokens=int(rot.num_tokens[0]))  # as compose_tokens("picconcat_r")
+            out[r] = mean_of_rotations([e for (rr, _), e in zip(rotations, encoded) if rr == r])  # as compose_tokens
     return out
 
 

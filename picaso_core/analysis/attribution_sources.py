@@ -33,7 +33,7 @@ import torch
 from picaso_core.analysis.attribution import (LOO_METHODS, STATE_METHODS, LeaveOneOut, SurrogateResult,
                                               ablation_surrogate, token_nll)
 from picaso_core.analysis.sources import WAYS, WITHIN, Source, SourceError, compose_kept, kept_ids, sources_of
-from picaso_core.compose import compose
+from picaso_core.compose import compose, mean_of_rotations
 from picaso_core.engine.state import ContextState
 
 
@@ -97,8 +97,7 @@ def ablated_states(model, sources: Sequence[Source], states: Sequence[ContextSta
             if len(mine) == 1:
                 out[r] = mine[0]
             else:  # as compose_tokens("picconcat_r"): the mean of the rotations' states
-                st = ContextState.stack(mine)
-                out[r] = ContextState(st.ssm.mean(0), st.conv.mean(0), st.log_decay.mean(0), int(st.num_tokens[0]))
+                out[r] = mean_of_rotations(mine)
         return out
     ctx: dict[tuple[int, ...], ContextState] = {}
     need = list(dict.fromkeys(k for kept in rows for k in kept if k))
