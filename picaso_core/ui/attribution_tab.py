@@ -24,7 +24,7 @@ from picaso_core.ui import attribution_sources as src
 from picaso_core.ui.attribution_views import (METHODS, NAMES, code_snippets, contexts_html, figures,  # noqa: F401
                                               summary_md)
 from picaso_core.ui.code import show_code
-from picaso_core.ui.errors import bad_input, id_list, text, whole_number
+from picaso_core.ui.errors import bad_input, clip, id_list, text, whole_number
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
@@ -100,7 +100,7 @@ def limits(res: Resources) -> list[str]:
 
 
 def example_choices(res: Resources) -> list[tuple[str, str]]:
-    return [(f"{s.sample_id} · {_clip(s.query.replace(chr(10), ' '), 70)}", s.sample_id)
+    return [(f"{s.sample_id} · {clip(s.query.replace(chr(10), ' '), 70)}", s.sample_id)
             for s in qa_samples(res)[:EXAMPLES_SHOWN]]
 
 
@@ -130,7 +130,7 @@ def choose_contexts(res: Resources, query: str, k: int, picked: list[str] | None
     if picked:
         unknown = [c for c in picked if c not in res.database]
         if unknown:
-            raise bad_input(f"unknown context id {_clip(repr(unknown[0]), 40)}: pick ids from 'Contexts, in order'",
+            raise bad_input(f"unknown context id {clip(repr(unknown[0]), 40)}: pick ids from 'Contexts, in order'",
                             endpoint)
         if len(set(picked)) != len(picked):
             raise bad_input("a context is picked twice: pick each once", endpoint)
@@ -179,11 +179,11 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
     methods = id_list("methods", methods, ENDPOINT) or list(METHODS)
     bad = [m for m in methods if m not in METHODS]
     if bad:
-        raise bad_input(f"unknown method {_clip(repr(bad[0]), 30)}: choose from {', '.join(METHODS)}", ENDPOINT)
+        raise bad_input(f"unknown method {clip(repr(bad[0]), 30)}: choose from {', '.join(METHODS)}", ENDPOINT)
     if token_method not in LOO_METHODS:
         raise bad_input(f"token_method must be one of {', '.join(LOO_METHODS)}", ENDPOINT)
     if example is not None and not isinstance(example, str):
-        raise bad_input(f"example must be an example id, got {_clip(repr(example), 30)}", ENDPOINT)
+        raise bad_input(f"example must be an example id, got {clip(repr(example), 30)}", ENDPOINT)
     grain, way, span_start, span_end, pattern, ablations = src.check_source_inputs(
         grain, way, span_start, span_end, pattern, ablations, ENDPOINT)
     sample = None
@@ -288,7 +288,7 @@ def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None
     methods = id_list("methods", methods, ep) or list(METHODS)
     bad = [m for m in methods if m not in METHODS]
     if bad:
-        raise bad_input(f"unknown method {_clip(repr(bad[0]), 30)}: choose from {', '.join(METHODS)}", ep)
+        raise bad_input(f"unknown method {clip(repr(bad[0]), 30)}: choose from {', '.join(METHODS)}", ep)
     samples = qa_samples(res)
     if not samples:
         raise bad_input("This corpus has no examples with gold context labels: precision needs them (use the demo "
@@ -320,13 +320,9 @@ def _sample(res: Resources, sample_id: str):
     for s in qa_samples(res):
         if s.sample_id == sample_id:
             return s
-    raise bad_input(f"no labelled example {_clip(repr(sample_id), 40)} in corpus {res.corpus.name}: pick one "
+    raise bad_input(f"no labelled example {clip(repr(sample_id), 40)} in corpus {res.corpus.name}: pick one "
                     "from the list", ENDPOINT)
 
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _num(x, digits: int = 2):

@@ -8,6 +8,7 @@ import math
 from picaso_core.plots import attribution as plots
 from picaso_core.ui import attribution_sources as src
 from picaso_core.ui.code import client_snippet
+from picaso_core.ui.errors import clip
 
 METHODS = ("loi", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r", "surrogate")
 NAMES = {"loi": "LOI", "concat": "Concat-LOO", "soup": "Soup-LOO", "caso": "CASO-LOO", "picaso_s": "PICASO-S-LOO",
@@ -26,9 +27,9 @@ def summary_md(data: dict) -> str:
     sp = data["span"]
     whole = sp["tokens"] == [0, len(data["answer_tokens"])]
     span = ("the whole answer" if whole else
-            f"the span `{_clip(sp['text'], 60)}` (characters {sp['start']}-{sp['end']}, answer tokens "
+            f"the span `{clip(sp['text'], 60)}` (characters {sp['start']}-{sp['end']}, answer tokens "
             f"{sp['tokens'][0]}-{sp['tokens'][1] - 1})")
-    lines = [f"**Answer** ({data['answer_source']}): `{_clip(data['answer'], 120)}` · {len(ctx)} contexts, "
+    lines = [f"**Answer** ({data['answer_source']}): `{clip(data['answer'], 120)}` · {len(ctx)} contexts, "
              f"{len(rows)} sources ({unit}) · scoring {span} · loss with no context "
              f"{data['losses']['none']:.3f} nats/token"]
     if data["grain"] != "context":
@@ -97,7 +98,3 @@ def code_snippets(query, answer, k, picked, methods, grain="context", way="state
         kw.update(span_start=span[0], span_end=span[1])
     return py, client_snippet("/attribute", **kw)
 
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"

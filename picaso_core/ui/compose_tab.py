@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 
 from picaso_core.plots.compose import method_figure
 from picaso_core.ui.code import client_snippet, show_code
-from picaso_core.ui.errors import bad_input, flag, id_list, text, whole_number
+from picaso_core.ui.errors import bad_input, clip, flag, id_list, text, whole_number
 from picaso_core.ui.finetune_tab import SHIPPED_DIR as FINETUNED_DIR
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, count_slider, note
@@ -100,7 +100,7 @@ def limits(res: Resources) -> list[str]:
 
 
 def example_choices(res: Resources) -> list[tuple[str, str]]:
-    return [(f"{s.sample_id} · {_clip(s.query, 80)}", s.sample_id) for s in res.corpus.samples[:EXAMPLES_SHOWN]]
+    return [(f"{s.sample_id} · {clip(s.query, 80)}", s.sample_id) for s in res.corpus.samples[:EXAMPLES_SHOWN]]
 
 
 def pick_example(res: Resources, sample_id: str | None) -> tuple[str, str]:
@@ -127,7 +127,7 @@ def choose_contexts(
     if picked:
         unknown = [c for c in picked if c not in res.database]
         if unknown:
-            names = ", ".join(_clip(repr(c), 40) for c in unknown[:3]) + (" …" if len(unknown) > 3 else "")
+            names = ", ".join(clip(repr(c), 40) for c in unknown[:3]) + (" …" if len(unknown) > 3 else "")
             raise bad_input(f"unknown context id {names}: pick ids from 'Pick contexts by hand' "
                             f"(e.g. {next(iter(res.database))!r})", ENDPOINT)
         hits = list(zip(picked, res.retriever.similarity(query, picked)))
@@ -165,7 +165,7 @@ def run_compose(
     picked = id_list("contexts", picked, ENDPOINT)
     most_relevant_last = flag("most_relevant_last", most_relevant_last, ENDPOINT)
     if sample_id is not None and not isinstance(sample_id, str):
-        raise bad_input(f"example must be an example id, got {_clip(repr(sample_id), 40)}", ENDPOINT)
+        raise bad_input(f"example must be an example id, got {clip(repr(sample_id), 40)}", ENDPOINT)
     tok = res.model.tokenizer
     query_ids = tok.encode(query)
     scored = bool(continuation)
@@ -205,7 +205,7 @@ def contexts_html(contexts: list[Context]) -> str:
         cards.append(
             f'<div class="px-ctx"><div class="px-ctx-head"><span class="px-num">{i}</span>'
             f'<code>{html.escape(c.cid)}</code>{gold}<span class="px-meta">cos {c.score:.2f} · {c.num_tokens} tok</span></div>'
-            f'<div class="px-ctx-text">{html.escape(_clip(c.text, 220))}</div></div>'
+            f'<div class="px-ctx-text">{html.escape(clip(c.text, 220))}</div></div>'
         )
     cards.append('<div class="px-ctx px-query"><div class="px-ctx-head"><span class="px-num">Q</span>query</div></div>')
     return '<div class="px-order">' + '<span class="px-arrow">→</span>'.join(cards) + "</div>"
@@ -266,7 +266,7 @@ def summary_md(contexts: list[Context], results, scored: bool, query_tokens: int
 
 
 def history_row(query: str, contexts: list[Context], results, scored: bool) -> dict:
-    row = {"Query": _clip(query, 50), "k": len(contexts)}
+    row = {"Query": clip(query, 50), "k": len(contexts)}
     row.update({LABEL[r.method]: _num(r.loss, 3) if scored else None for r in results})
     return row
 
@@ -289,7 +289,7 @@ def compose(
     then this session's history (gr.State, not part of the API). model: "base" or "bptc" (the
     bundled BPTC fine-tune, with its own state store)."""
     if model not in dict(MODELS).values():
-        raise bad_input(f"model must be 'base' or 'bptc' (the fine-tuned demo model), got {_clip(repr(model), 40)}", ENDPOINT)
+        raise bad_input(f"model must be 'base' or 'bptc' (the fine-tuned demo model), got {clip(repr(model), 40)}", ENDPOINT)
     if model == "bptc":
         from picaso_core.ui.finetune_tab import tuned_resources
 
@@ -390,13 +390,9 @@ def _sample(res: Resources, sample_id: str):
         if s.sample_id == sample_id:
             return s
     first = res.corpus.samples[0].sample_id if res.corpus.samples else ""
-    raise bad_input(f"unknown example {_clip(repr(sample_id), 40)}: pick one from 'Example from the corpus' "
+    raise bad_input(f"unknown example {clip(repr(sample_id), 40)}: pick one from 'Example from the corpus' "
                     f"(e.g. {first!r}), or leave it empty", ENDPOINT)
 
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _finite(x) -> bool:

@@ -106,6 +106,12 @@ def id_list(name: str, value, endpoint: str = "", max_items: int = 1000) -> list
     return list(value)
 
 
+def clip(text: str, n: int) -> str:
+    """`text` on one line (runs of whitespace as one space), cut to at most n characters with "…"."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def _short(value, n: int = 40) -> str:
     r = repr(value)
     return r if len(r) <= n else r[: n - 1] + "…"

@@ -25,7 +25,7 @@ import pandas as pd
 from picaso_core.assets import ASSETS
 from picaso_core.plots.landscape import colour_scale, line_figure, plane_figure, plane_title, zrange
 from picaso_core.ui.code import client_snippet, show_code
-from picaso_core.ui.errors import bad_input, choice, text, whole_number
+from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
 from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
 from picaso_core.ui.resources import Resources
@@ -85,7 +85,7 @@ def sample_choices(res: Resources) -> list[tuple[str, str]]:
         return [("No samples in this corpus", AVERAGE)]
     n = min(AVERAGE_N, len(res.corpus.samples))
     first = [(f"Average of the first {n} sample{'s' * (n != 1)} (paper fig. 2)", AVERAGE)]
-    return first + [(f"{s.sample_id} · {_clip(s.query, 70)}", s.sample_id)
+    return first + [(f"{s.sample_id} · {clip(s.query, 70)}", s.sample_id)
                     for s in res.corpus.samples[:EXAMPLES_SHOWN]]
 
 
@@ -97,7 +97,7 @@ def load_samples(res: Resources, sample_ids: list[str]) -> list[tuple]:
     out = []
     for sid in sample_ids:
         if sid not in by_id:
-            raise bad_input(f"no sample {_clip(repr(sid), 40)} in corpus {res.corpus.name}: pick one from the list",
+            raise bad_input(f"no sample {clip(repr(sid), 40)} in corpus {res.corpus.name}: pick one from the list",
                             ENDPOINT)
         s = by_id[sid]
         if not s.continuation:
@@ -180,7 +180,7 @@ def _check(res: Resources, sample: str, steps, pair: str) -> int:
     if not sample:
         raise bad_input("pick a sample, or the average", ENDPOINT)
     if sample != AVERAGE and sample not in {s.sample_id for s in res.corpus.samples}:
-        raise bad_input(f"no sample {_clip(repr(sample), 40)} in corpus {res.corpus.name}: pick one from the list",
+        raise bad_input(f"no sample {clip(repr(sample), 40)} in corpus {res.corpus.name}: pick one from the list",
                         ENDPOINT)
     return steps
 
@@ -281,10 +281,6 @@ def landscape(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: s
         d = compute(res, sample, steps, pair, progress)
     return outputs(d, view)
 
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 # ---- layout ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from picaso_core.analysis import soup, soup_mixing, soup_projection
 from picaso_core.data.skills import ARROW, format_query
 from picaso_core.plots import soup as plots
 from picaso_core.ui.code import client_snippet
-from picaso_core.ui.errors import bad_input, choice, text, whole_number
+from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
 from picaso_core.ui.resources import Resources
 from picaso_core.ui.soup_lab import PER_TASK, SEED, SHOTS, lab_for
 from picaso_core.ui.soup_text import best_layer_sentence, mixing_summary, two_task_story
@@ -70,7 +70,7 @@ def _demos_text(value, endpoint: str, required: bool) -> str:
     for i, line in enumerate(lines, 1):
         q, arrow, a = line.replace("->", ARROW).partition(ARROW)
         if not arrow or not q.strip() or not a.strip():
-            raise bad_input(f"line {i} ({_clip(repr(line), 30)}) is not 'question {ARROW} answer': write one "
+            raise bad_input(f"line {i} ({clip(repr(line), 30)}) is not 'question {ARROW} answer': write one "
                             f"demonstration per line, such as 'cat {ARROW} cats'", endpoint)
     return "".join(f"{q.strip()} {ARROW} {a.strip()}\n" for q, _, a in
                    (line.replace("->", ARROW).partition(ARROW) for line in lines))
@@ -79,10 +79,6 @@ def _demos_text(value, endpoint: str, required: bool) -> str:
 def _progress(progress, desc: str):
     return lambda done, total: progress(done / max(total, 1), desc=f"{desc} ({done}/{total})")
 
-
-def _clip(s: str, n: int) -> str:
-    s = " ".join(s.split())
-    return s if len(s) <= n else s[: n - 1] + "…"
 
 
 # ---- handlers ---------------------------------------------------------------------------------
@@ -96,7 +92,7 @@ def retrieve(res: Resources, demos: str, layer: int = None, part: str = "ssm", t
     lib = lab_for(res).library()
     state = res.model.encode_context(res.model.tokenizer.encode(demos))
     near = lib.nearest(state, layer, part, top)
-    rows = [{"rank": r + 1, "task": lib.tasks[i], "cosine": round(s, 4), "demonstration": _clip(lib.texts[i].strip().replace("\n", " | "), 90)}
+    rows = [{"rank": r + 1, "task": lib.tasks[i], "cosine": round(s, 4), "demonstration": clip(lib.texts[i].strip().replace("\n", " | "), 90)}
             for r, (i, s) in enumerate(near)]
     return state, pd.DataFrame(rows), {"layer": layer, "part": part, "retrieved": rows}
 
