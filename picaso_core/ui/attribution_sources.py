@@ -12,11 +12,10 @@ from __future__ import annotations
 import html
 import threading
 
-from picaso_core.ui.errors import bad_input, choice, text, whole_number
+from picaso_core.analysis.sources import GRAINS, WAYS
+from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
 from picaso_core.ui.resources import CONTEXT_SUFFIX, Resources, log
 
-GRAINS = ("context", "sentence", "word")
-WAYS = ("states", "reencode")
 GRAIN_NAMES = {"context": "whole contexts", "sentence": "sentences", "word": "words"}
 WAY_NAMES = {"states": "composed from the sources' stored states (no re-encoding)",
              "reencode": "kept text re-encoded (ContextCite's way, the exact reference)"}
@@ -145,11 +144,7 @@ def sources_html(data: dict, names: dict[str, str], top_n: int = 5) -> str:
               f'</span><span>{vmax:+.2f}</span><span>(red: supports the answer; blue: works against it)</span></div>')
     order = sorted(range(len(rows)), key=lambda i: -vals[i])[:top_n]
     tops = "".join(f'<li><code>{html.escape(rows[i]["context_id"])}</code> {vals[i]:+.3f}: '
-                   f'{html.escape(_clip(rows[i]["text"], 110))}</li>' for i in order)
+                   f'{html.escape(clip(rows[i]["text"], 110))}</li>' for i in order)
     top = f'<div style="font-size:0.9em"><b>Top {len(order)} sources</b><ol style="margin:2px 0">{tops}</ol></div>'
     return f'<div id="attribution-sources">{legend}<div class="px-order">{"".join(cards)}</div>{top}</div>'
 
-
-def _clip(s: str, n: int) -> str:
-    s = " ".join(s.split())
-    return s if len(s) <= n else s[: n - 1] + "…"
