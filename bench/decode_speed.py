@@ -47,7 +47,7 @@ from picaso_core.engine import scan  # noqa: E402
 from picaso_core.engine.state import layer_major  # noqa: E402
 from picaso_core.engine.scan import upcast  # noqa: E402
 
-SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48)}  # (d_model, n_layer), config.json
+SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48), "mamba2-2.7b": (2560, 64)}  # (d_model, n_layer), config.json
 
 
 def make_model(shape: str, device: str, dtype: torch.dtype):
@@ -56,8 +56,9 @@ def make_model(shape: str, device: str, dtype: torch.dtype):
         return load_model("demo").to(device=device, dtype=dtype).eval()
     d, n = SHAPES[shape]
     torch.manual_seed(0)
-    return SSMLanguageModel(ModelConfig(d_model=d, n_layer=n, vocab_size=50277, pad_vocab_size_multiple=16,
-                                        ssm_cfg=dict(layer="Mamba2"))).to(device=device, dtype=dtype).eval()
+    with torch.device(device):  # initialised where it runs: a 2.7b init on the CPU takes minutes
+        return SSMLanguageModel(ModelConfig(d_model=d, n_layer=n, vocab_size=50277, pad_vocab_size_multiple=16,
+                                            ssm_cfg=dict(layer="Mamba2"))).to(dtype=dtype).eval()
 
 
 def build(shape: str, device: str, dtype: torch.dtype, rows: int):
@@ -191,6 +192,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--lengths", default="16,256,1024,4096")
     ap.add_argument("--steps", type=int, default=10, help="steps timed per prompt length")
+    ap.add_argument("--batched-only", action="store_true",
+                    help="time generate_batch alone in section 1 (the sequential ways take minutes at large shapes)")
     ap.add_argument("--peak-child", help=argparse.SUPPRESS)  # internal: one fresh process of cpu_peaks
     args = parse(ap)
     if args.peak_child:
@@ -211,6 +214,8 @@ def main() -> None:
         "generate_batch, unblocked state update": unblocked(lambda: model.generate_batch(prompt, states, n, stop_at_eos=False)),
         "generate_batch": lambda: model.generate_batch(prompt, states, n, stop_at_eos=False),
     }
+    if args.batched_only:
+        fns = {"generate_batch": fns["generate_batch"]}
     outs = [fn() for fn in fns.values()]  # also the warm-up
     same = all(o == outs[0] for o in outs)
     med = medians(interleaved(fns, args.repeats, warmup=False))

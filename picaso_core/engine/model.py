@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from picaso_core.engine import graphs, kernels
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.decode import generate_batch
 from picaso_core.engine.scan import causal_conv, conv_step, selective_scan, ssd_scan, state_update, upcast
@@ -42,7 +43,8 @@ class RMSNorm(nn.Module):
 
 
 class GatedRMSNorm(nn.Module):
-    """Mamba-2's norm(y · SiLU(z)) with one RMS per group of E/G channels (norm_before_gate=False)."""
+    """Mamba-2's norm(y · SiLU(z)) with one RMS per group of E/G channels (norm_before_gate=False).
+    On CUDA with mamba-ssm, its fused Triton kernel (one launch instead of about ten)."""
 
     def __init__(self, d: int, group_size: int, eps: float):
         super().__init__()
@@ -50,6 +52,12 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, y: Tensor, z: Tensor) -> Tensor:
+        fn = kernels.get("norm", y)
+        if fn is not None:
+            out = kernels.run("norm", fn, y, self.weight, None, z=z, eps=self.eps, group_size=self.group_size,
+                              norm_before_gate=False)
+            if out is not None:
+                return out
         dtype = y.dtype
         y = upcast(y * F.silu(z))[0]
         yg = y.unflatten(-1, (-1, self.group_size))  # [..., G, E/G]
@@ -263,29 +271,39 @@ class SSMLanguageModel(nn.Module):
 
     def hidden_states(self, ids: Tensor, state: ContextState | None = None,
                       lengths: Tensor | None = None) -> tuple[Tensor, ContextState]:
-        """Final-norm hidden states [b, t, D] and the new batched state. `lengths` marks right padding."""
+        """Final-norm hidden states [b, t, D] and the new batched state. `lengths` marks right padding.
+        On CUDA, short forwards replay a CUDA graph (engine/graphs.py) instead of launching each op."""
         ids = self._check_ids(ids)
         b, t = ids.shape
         st = self._batched_state(state, b)
+        out = graphs.forward(self, ids, st, lengths)
+        if out is None:
+            out = self._hidden_core(ids, st.ssm, st.conv, st.log_decay, lengths)
+        hidden, ssm, conv, log_decay = out
+        n_new = lengths.tolist() if lengths is not None else [t] * b
+        new = ContextState(ssm=ssm, conv=conv, log_decay=log_decay,
+                           num_tokens=tuple(int(a) + int(n) for a, n in zip(st.num_tokens, n_new)))
+        return hidden, new
+
+    def _hidden_core(self, ids: Tensor, ssm_in: Tensor, conv_in: Tensor, log_decay_in: Tensor,
+                     lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The forward on validated ids [b, t] from batched state tensors [b, L, ...]: the hidden
+        states and the new ssm, conv and log_decay tensors. No host synchronisation, so a CUDA
+        graph can capture it (engine/graphs.py)."""
+        b = ids.shape[0]
         cfg = self.config
         hidden = self.backbone.embedding(ids)  # [b, t, D]
         residual = hidden.float() if cfg.residual_in_fp32 and hidden.dtype != torch.float64 else hidden
         ssm, conv, decay = [], [], []
         for i, layer in enumerate(self.backbone.layers):
-            out, c, s, ld = layer.mixer(layer.norm(residual.to(hidden.dtype)),
-                                        st.conv[:, i], st.ssm[:, i], lengths)
+            out, c, s, ld = layer.mixer(layer.norm(residual.to(hidden.dtype)), conv_in[:, i], ssm_in[:, i], lengths)
             residual = residual + out.to(residual.dtype)
             conv.append(c)
             ssm.append(s.to(c.dtype))
             decay.append(ld.view(b, -1, 1, 1) if cfg.family == "Mamba2" else ld)
         hidden = self.backbone.norm_f(residual.to(hidden.dtype))
-        n_new = lengths.tolist() if lengths is not None else [t] * b
-        new = ContextState(
-            ssm=torch.stack(ssm, 1), conv=torch.stack(conv, 1),
-            log_decay=st.log_decay + torch.stack(decay, 1).to(st.log_decay.dtype),  # A(u u') = A(u') A(u)
-            num_tokens=tuple(int(a) + int(n) for a, n in zip(st.num_tokens, n_new)),
-        )
-        return hidden, new
+        log_decay = log_decay_in + torch.stack(decay, 1).to(log_decay_in.dtype)  # A(u u') = A(u') A(u)
+        return hidden, torch.stack(ssm, 1), torch.stack(conv, 1), log_decay
 
     def forward(self, ids: Tensor, state: ContextState | None = None) -> tuple[Tensor, ContextState]:
         """ids [b, t] from `state` (None: empty; single: shared by all rows; batched: one per row).
@@ -416,6 +434,18 @@ class SSMLanguageModel(nn.Module):
         return self.generate_batch(prompt_ids, [state], max_new_tokens, temperature, top_k, seed, stop_at_eos)[0]
 
     # ---- identity --------------------------------------------------------------------------
+    def kernel_path(self) -> str:
+        """Which path this model's ops run where it is now: pure torch, or which GPU kernels
+        (engine/kernels.py), and whether short forwards replay CUDA graphs (engine/graphs.py)."""
+        dev = self.device
+        path = kernels.describe(dev, self.config.family)
+        if dev.type == "cuda":
+            path += "; short forwards: " + ("CUDA graphs" if graphs.ENABLED else "eager (PICASO_CUDA_GRAPHS=0)")
+        return path
+
+    def extra_repr(self) -> str:
+        return f"{self.config.family}, {self.config.n_layer} layers, d_model {self.config.d_model}; {self.kernel_path()}"
+
     def fingerprint(self, refresh: bool = False) -> str:
         """sha256 of the config and every weight: states stored by one model are refused by another.
         Cached; pass refresh=True after changing the weights."""

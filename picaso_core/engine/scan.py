@@ -13,7 +13,8 @@ Glossary (Mamba-2 paper "Transformers are SSMs", PICASO eq. 1-2):
 Every fast path has a reference twin here that the tests compare against:
     ssd_scan (chunked, Mamba-2)         <-> ssd_scan_ref (one step at a time)
     selective_scan (prefix scan, Mamba-1) <-> selective_scan_ref (one step at a time)
-On CUDA with mamba_ssm installed, `ssd_scan` calls mamba_chunk_scan_combined instead.
+On CUDA with mamba_ssm installed, `ssd_scan` calls mamba_chunk_scan_combined instead, and the
+conv and the one-token update call theirs (engine/kernels.py says which, and switches them off).
 
 All scans run in float32 (decay products of hundreds of steps need the mantissa), or float64 when
 given float64 (gradcheck); the caller casts outputs back to the model dtype.
@@ -25,25 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-try:  # optional GPU kernels (requirements-gpu.txt); never needed on CPU
-    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as _mamba_chunk_scan_combined
-except Exception:  # ImportError, or a CUDA-less import failure inside mamba_ssm
-    _mamba_chunk_scan_combined = None
-
-try:
-    from causal_conv1d import causal_conv1d_fn as _causal_conv1d_fn
-except Exception:
-    _causal_conv1d_fn = None
-
-try:  # the one-token kernels of the decode step (`conv_step`, `state_update`)
-    from mamba_ssm.ops.triton.selective_state_update import selective_state_update as _selective_state_update
-except Exception:
-    _selective_state_update = None
-
-try:
-    from causal_conv1d import causal_conv1d_update as _causal_conv1d_update
-except Exception:
-    _causal_conv1d_update = None
+from picaso_core.engine import kernels
 
 
 def upcast(*ts: Tensor) -> tuple[Tensor, ...]:
@@ -53,11 +36,8 @@ def upcast(*ts: Tensor) -> tuple[Tensor, ...]:
 
 
 def gpu_kernels_available() -> dict[str, bool]:
-    """Which optional CUDA kernels imported (used only for CUDA tensors)."""
-    return {"mamba_chunk_scan_combined": _mamba_chunk_scan_combined is not None,
-            "causal_conv1d_fn": _causal_conv1d_fn is not None,
-            "selective_state_update": _selective_state_update is not None,
-            "causal_conv1d_update": _causal_conv1d_update is not None}
+    """Which optional CUDA kernels imported, by kernel name (engine/kernels.py: which run)."""
+    return {kernels._SOURCES[op][1]: ok for op, ok in kernels.installed().items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,16 +199,20 @@ def ssd_scan_ref(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_s
 
 def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
              initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Mamba-2 scan: mamba_ssm's Triton kernel on CUDA when installed, else `ssd_scan_chunked`."""
-    if x.is_cuda and _mamba_chunk_scan_combined is not None:
-        # The kernel takes dt already softplus'ed and masked (dt_softplus=False, no dt_bias), so
-        # padding semantics are identical; it does not return the decay, which is cheap here.
-        y, final = _mamba_chunk_scan_combined(
-            x, dt.to(x.dtype), A.float(), B, C, chunk_size,
-            initial_states=None if initial_state is None else initial_state.to(x.dtype),
-            return_final_states=True,
-        )
-        return y.float(), final.float(), (dt.float() * A.float()).sum(1)
+    """Mamba-2 scan: mamba_ssm's Triton kernel on CUDA when installed (engine/kernels.py), else
+    `ssd_scan_chunked`. Same arguments and returns."""
+    fn = kernels.get("ssd", x)
+    if fn is not None:
+        # dt comes softplus'ed and masked (dt_softplus=False, no dt_bias), so padding is the same
+        # no-op step; dt, A and the initial state go in float32 (the kernel reads them as float32,
+        # a bfloat16 state would lose the composed state's mantissa). The kernel does not return
+        # the decay, which is one reduction here.
+        out = kernels.run("ssd", fn, x, dt.float(), A.float(), B, C, chunk_size,
+                          initial_states=None if initial_state is None else initial_state.float(),
+                          return_final_states=True)
+        if out is not None:
+            y, final = out
+            return y.float(), final.float(), (dt.float() * A.float()).sum(1)
     return ssd_scan_chunked(x, dt, A, B, C, chunk_size, initial_state)
 
 
@@ -296,13 +280,15 @@ def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tens
     b, C, l = x.shape
     K = weight.shape[-1]
     full = torch.cat([conv_state.to(x.dtype), x], dim=-1)  # [b, C, K-1+l]
-    if x.is_cuda and _causal_conv1d_fn is not None and lengths is None:
+    fn = kernels.get("conv", x) if lengths is None else None
+    y = None
+    if fn is not None:
         # The kernel takes initial_states only for channel-last inputs: x of shape [b, C, l]
         # whose stride(1) == 1.
         xc = x.transpose(1, 2).contiguous().transpose(1, 2)
         init = conv_state.to(x.dtype).transpose(1, 2).contiguous().transpose(1, 2)
-        y = _causal_conv1d_fn(xc, weight.squeeze(1), bias, initial_states=init, activation="silu")
-    else:  # K shifted multiply-adds: the same as F.conv1d(groups=C), several times faster on CPU
+        y = kernels.run("conv", fn, xc, weight.squeeze(1), bias, initial_states=init, activation="silu")
+    if y is None:  # K shifted multiply-adds: the same as F.conv1d(groups=C), several times faster on CPU
         w = weight[:, 0]  # [C, K]
         y = sum(full[..., k:k + l] * w[:, k, None] for k in range(K))
         y = F.silu(y + bias[:, None] if bias is not None else y)
@@ -317,10 +303,13 @@ def causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tens
 def conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tensor) -> Tensor:
     """One token of `causal_conv`: x [b, C] (pre-conv input), conv_state [b, C, K-1] (the last
     K-1 inputs, oldest first) rolled IN PLACE to end with x. Returns SiLU(conv) [b, C]."""
-    if x.is_cuda and _causal_conv1d_update is not None and conv_state.dtype == x.dtype:
+    fn = kernels.get("conv_step", x) if conv_state.dtype == x.dtype else None
+    if fn is not None:
         # same contract (the kernel keeps the last state_len >= K-1 columns of [state ++ x]); it
         # takes a state of the input's dtype only, so float32 models (states are float32)
-        return _causal_conv1d_update(x, conv_state, weight.squeeze(1), bias, activation="silu")
+        y = kernels.run("conv_step", fn, x, conv_state, weight.squeeze(1), bias, activation="silu")
+        if y is not None:
+            return y
     window = torch.cat([conv_state.to(x.dtype), x[..., None]], dim=-1)  # [b, C, K]
     y = (window * weight[:, 0]).sum(-1)
     conv_state.copy_(window[..., 1:])
@@ -344,11 +333,15 @@ def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
     On CPU, blocks of `STATE_BLOCK_BYTES`: each block's three ops (scale, outer-product
     accumulate, C h) run back to back while it is in cache. `state_update_ref` is the twin."""
     two = h.dim() == 4
-    if h.is_cuda and _selective_state_update is not None:
+    fn = kernels.get("step", h)
+    if fn is not None:
+        kdt, kA = dt, A
         if two:  # the kernel's Mamba-2 layout: dt and A per (head, channel), strides 0 where shared
             P, N = h.shape[2:]
-            dt, A = dt[..., None].expand(*dt.shape, P), A[:, None, None].expand(-1, P, N)
-        return _selective_state_update(h, x, dt, A, B, C).float()
+            kdt, kA = dt[..., None].expand(*dt.shape, P), A[:, None, None].expand(-1, P, N)
+        y = kernels.run("step", fn, h, x, kdt, kA, B, C)
+        if y is not None:
+            return y.float()
     b, N = h.shape[0], h.shape[-1]
     if b > 1 and not h.is_contiguous():  # rows apart in memory (a batch-major slice): one row at a time
         return torch.cat([state_update(h[i:i + 1], x[i:i + 1], dt[i:i + 1], A, B[i:i + 1], C[i:i + 1])
