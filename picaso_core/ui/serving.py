@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import ctypes.util
-import json
 import logging
 import os
 import threading
@@ -25,6 +24,7 @@ from dataclasses import replace
 import torch
 
 from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
+from picaso_core.ui.page_config import UNREAD_KEYS, SlimConfig, slim_config  # noqa: F401  (serving's API)
 
 POOL = "model"
 MODEL = dict(concurrency_limit="default", concurrency_id=POOL)  # the shared pool, sized by queue()
@@ -119,72 +119,14 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, cache_mb: f
 
 
 def compressed() -> dict:
-    """FastAPI arguments for what a page sends: /config without the API metadata no client reads
-    (`SlimConfig`), and every response over 1 kB gzipped (the config travels as ~15% of its size).
+    """FastAPI arguments for what a page sends: /config without what no client reads
+    (`page_config.SlimConfig`), and every response over 1 kB gzipped (the config travels as ~15% of its size).
     Starlette leaves text/event-stream (the queue's results) uncompressed, so streaming is not held
     back."""
     from starlette.middleware import Middleware
     from starlette.middleware.gzip import GZipMiddleware
 
     return {"middleware": [Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig)]}
-
-
-# Per component, Gradio's /config carries its API schema three times (api_info, as input, as output)
-# and example inputs: a third of the page's config. The browser reads none of them (it asks
-# /gradio_api/info for the API page), and gradio_client reads only `api_info`, to tell whether an
-# input takes a file (`value_is_file`; a component without it counts as no file). /gradio_api/info
-# is built from the server's own config, which keeps everything.
-UNREAD_KEYS = ("api_info_as_input", "api_info_as_output", "example_inputs")
-
-
-def slim_config(config: dict) -> dict:
-    """`config` (a /config response) without what no client reads; changed in place, returned."""
-    from gradio_client.utils import value_is_file
-
-    for component in config.get("components", ()):
-        for key in UNREAD_KEYS:
-            component.pop(key, None)
-        info = component.get("api_info")
-        if isinstance(info, dict) and not value_is_file(info):
-            del component["api_info"]
-    return config
-
-
-class SlimConfig:
-    """ASGI middleware: GET .../config responses pass through `slim_config`; all else untouched."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope.get("method") != "GET" or not scope["path"].rstrip("/").endswith("/config"):
-            return await self.app(scope, receive, send)
-        start, chunks = None, []
-
-        async def rewrite(message):
-            nonlocal start
-            if message["type"] == "http.response.start":
-                start = message
-                return
-            if message["type"] != "http.response.body":
-                return await send(message)
-            chunks.append(message.get("body", b""))
-            if message.get("more_body"):
-                return
-            body = b"".join(chunks)
-            headers = [(k, v) for k, v in start.get("headers", ()) if k.lower() != b"content-length"]
-            kind = next((v for k, v in headers if k.lower() == b"content-type"), b"")
-            if start["status"] == 200 and kind.startswith(b"application/json"):
-                try:
-                    config = json.loads(body)
-                except ValueError:  # not JSON after all: send it as it came
-                    config = None
-                if isinstance(config, dict):
-                    body = json.dumps(slim_config(config), separators=(",", ":")).encode()
-            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-
-        await self.app(scope, receive, rewrite)
 
 
 def in_background(fn, *args) -> threading.Thread:
