@@ -253,6 +253,15 @@ def main() -> None:
 
     figures = {"generate_s": med, "step_s": {L: {k: per_len[L, k] for k in ("step", "scan")} for L in lens},
                "greedy_outputs_identical": same}
+    if args.device == "cuda":  # the step as generate_batch runs it: one CUDA-graph replay per token
+        from picaso_core.engine.decode import _stepper
+
+        with torch.no_grad():
+            step = _stepper(model, batch)
+            graphed = medians(interleaved({"graph": lambda: step(ids)}, 5 * args.steps))["graph"]
+        figures["graph_step_s"] = graphed
+        print(f"\nrecurrent step as generate_batch runs it (CUDA graph, {args.rows} rows, {lens[-1]} tokens before): "
+              f"{graphed * 1e3:.2f} ms, {vs_limit(graphed, floor)}")
     ratio = {"over_generate_batch": vs_batch, f"step_{hi}_over_{lo}": growth}
     if args.shape == "demo":
         click_figures = click(model, args)

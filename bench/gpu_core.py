@@ -23,6 +23,7 @@ checkpoints): speed does not depend on their values.
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -192,21 +193,34 @@ def click(args, model) -> dict:
     same = {w: [r.generation for r in outs[w]] == [r.generation for r in outs["torch"]] for w in ways}
     loss_diff = {w: max(abs(a.loss - b.loss) for a, b in zip(outs[w], outs["torch"])) for w in ways}
 
+    split: dict[tuple, list] = {}
+
     def one(way, method):
         set_way(way)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         st = _build_state(model, method, ctx, store)
-        return model.continuation_losses(q, c, [st])
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        out = model.continuation_losses(q, c, [st])  # a list of floats: synchronised
+        split.setdefault((way, method), []).append((t1 - t0, time.perf_counter() - t1))
+        return out
 
     per = {}
     for way in ways:
         fns1 = {m: (lambda m=m, way=way: one(way, m)) for m in ("concat", "picaso_r")}
         per[way] = medians(interleaved(fns1, args.repeats, warmup=2))
+    parts = {f"{w}, {m}": {"compose_ms": 1e3 * statistics.median(a for a, _ in v),
+                           "score_ms": 1e3 * statistics.median(b for _, b in v)} for (w, m), v in split.items()}
     print("\n## The Compose & compare click in-process, 2.7b shape, bfloat16 (k = 10, 7 methods, 24 tokens)\n")
     print(table([[w, f"{t[w]:.3f}", f"{per[w]['concat'] * 1e3:.1f}", f"{per[w]['picaso_r'] * 1e3:.1f}",
                   f"{per[w]['concat'] / per[w]['picaso_r']:.1f}x", same[w], f"{loss_diff[w]:.1e}"] for w in ways],
                 ["way", "click s (median)", "Concat click ms", "PICASO-R click ms", "PICASO-R faster by",
                  "same tokens as torch", "max |Δ loss| vs torch"]))
-    return {"click_s": t, "method_click_s": per, "same_generations": same, "max_loss_diff": loss_diff,
+    print("\nOne method's click, split (medians, warm-up included):\n")
+    print(table([[k, f"{v['compose_ms']:.1f}", f"{v['score_ms']:.1f}"] for k, v in parts.items()],
+                ["way, method", "compose ms", "query + scoring ms"]))
+    return {"click_s": t, "method_click_s": per, "method_click_split": parts, "same_generations": same, "max_loss_diff": loss_diff,
             "graph_cache": {"captures": graphs.cache_of(model).captures, "replays": graphs.cache_of(model).replays}}
 
 

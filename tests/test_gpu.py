@@ -87,7 +87,7 @@ def test_scan_pass_forms_agree_on_gpu():
 needs_mamba = pytest.mark.skipif(not kernels["mamba_chunk_scan_combined"], reason="mamba_ssm not installed")
 needs_conv = pytest.mark.skipif(not kernels["causal_conv1d_fn"], reason="causal_conv1d not installed")
 TOL = {  # (op, dtype) -> bound on the relative error
-    ("ssd", torch.float32): 5e-3, ("ssd", torch.bfloat16): 2e-2,
+    ("ssd", torch.float32): 5e-3, ("ssd", torch.bfloat16): 1e-2,
     ("step", torch.float32): 1e-5, ("step", torch.bfloat16): 8e-3,
     ("norm", torch.float32): 1e-5, ("norm", torch.bfloat16): 8e-3,
     ("conv", torch.float32): 1e-5, ("conv", torch.bfloat16): 8e-3,
@@ -243,3 +243,26 @@ def test_graphed_scoring_and_generation_equal_eager(monkeypatch):
     assert out[True][1] == out[False][1]
     torch.testing.assert_close(torch.tensor(out[True][0]), torch.tensor(out[False][0]), rtol=1e-5, atol=1e-5)
     assert graphs.cache_of(m).replays >= 2
+
+
+@needs_mamba
+def test_switching_the_kernels_captures_anew():
+    """A graph replays the kernels it recorded: switching the kernels off must not replay a graph
+    captured with them (nor the other way round)."""
+    from picaso_core.engine import graphs
+    from picaso_core.engine import kernels as K
+
+    m = tiny_model("Mamba2").to("cuda")
+    ids = torch.randint(0, TINY_VOCAB, (2, 10)).cuda()
+    cache = graphs.cache_of(m)
+    with torch.no_grad():
+        on = ran("ssd", lambda: m.hidden_states(ids)[0])
+        n, calls = cache.captures, K.calls["ssd"]
+        K.use_kernels(False)
+        try:
+            off = m.hidden_states(ids)[0]
+            m.hidden_states(ids)
+        finally:
+            K.use_kernels(True)
+    assert cache.captures == n + 1 and K.calls["ssd"] == calls
+    torch.testing.assert_close(on, off, rtol=5e-3, atol=5e-3)  # TF32 kernel against pure torch

@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from picaso_core.engine import kernels
 from picaso_core.engine.scan import upcast
 from picaso_core.engine.state import ContextState, layer_major
 
@@ -100,7 +101,8 @@ def _stepper(model, st: ContextState) -> Callable[[Tensor], Tensor]:
     if CUDA_GRAPHS and model.device.type == "cuda":
         w = model.backbone.embedding.weight
         cache = model.__dict__.setdefault("_decode_graphs", {})
-        key = (st.batch_size, st.ssm.dtype, w.data_ptr(), w.dtype)  # moved or cast weights: a new capture
+        # moved or cast weights, or the kernels switched: a new capture
+        key = (st.batch_size, st.ssm.dtype, w.data_ptr(), w.dtype, kernels.ENABLED)
         if key not in cache:
             cache[key] = _GraphStep(model, st)
         return cache[key].load(st)

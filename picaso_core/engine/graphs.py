@@ -34,6 +34,8 @@ from collections import OrderedDict
 import torch
 from torch import Tensor
 
+from picaso_core.engine import kernels
+
 ENABLED = os.environ.get("PICASO_CUDA_GRAPHS", "1") != "0"
 BUCKETS = (16, 32, 64, 128)  # padded lengths; a forward of t tokens replays the smallest bucket >= t
 MAX_ROWS = 16  # rows per captured forward (continuation_losses' batch)
@@ -137,7 +139,8 @@ def forward(model, ids: Tensor, st, lengths: Tensor | None):
     T = bucket(t)
     w = model.backbone.embedding.weight
     dtypes = (st.ssm.dtype, st.conv.dtype, st.log_decay.dtype)
-    in_key = (b, dtypes, w.data_ptr(), w.dtype)  # moved or cast weights: new captures
+    # moved or cast weights, or the kernels switched: new captures (a graph replays what it recorded)
+    in_key = (b, dtypes, w.data_ptr(), w.dtype, kernels.ENABLED)
     key = (*in_key, T)
     cache = cache_of(model)
     with cache.lock:

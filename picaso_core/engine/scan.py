@@ -330,8 +330,9 @@ def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
         dt: [b, H] | [b, E] (softplus'ed); A: [H] | [E, N] (< 0); B, C: [b, G, N] | [b, N].
     Returns y [b, H, P] | [b, E] (float32), without the D skip and the gate.
     On CUDA with mamba_ssm, its selective_state_update kernel (one launch instead of five).
-    On CPU, blocks of `STATE_BLOCK_BYTES`: each block's three ops (scale, outer-product
-    accumulate, C h) run back to back while it is in cache. `state_update_ref` is the twin."""
+    On CPU, blocks of `STATE_BLOCK_BYTES`: each block's three ops (scale, outer-product accumulate,
+    C h) run back to back while it is in cache; on CUDA without the kernel, one pass per op (there a
+    block loop is only more launches). `state_update_ref` is the twin."""
     two = h.dim() == 4
     fn = kernels.get("step", h)
     if fn is not None:
@@ -339,7 +340,10 @@ def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
         if two:  # the kernel's Mamba-2 layout: dt and A per (head, channel), strides 0 where shared
             P, N = h.shape[2:]
             kdt, kA = dt[..., None].expand(*dt.shape, P), A[:, None, None].expand(-1, P, N)
-        y = kernels.run("step", fn, h, x, kdt, kA, B, C)
+        # mamba-ssm 2.3.2's wrapper reads dt_bias' and D's strides unconditionally: zeros with
+        # stride 0 (dt is already softplus'ed; the D skip is added by the caller)
+        zero = torch.zeros((), dtype=torch.float32, device=h.device).expand(kdt.shape[1:])
+        y = kernels.run("step", fn, h, x, kdt, kA, B, C, D=zero, dt_bias=zero)
         if y is not None:
             return y.float()
     b, N = h.shape[0], h.shape[-1]
@@ -356,7 +360,7 @@ def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
         Bh = B.repeat_interleave(heads_per_group, dim=1).view(b * H, 1, N)  # each head's group's B
         Ch = C.repeat_interleave(heads_per_group, dim=1).view(b * H, N, 1)
         y = torch.empty(b * H, P, 1, dtype=h.dtype, device=h.device)
-        step = max(1, STATE_BLOCK_BYTES // (P * N * h.element_size()))
+        step = max(1, STATE_BLOCK_BYTES // (P * N * h.element_size())) if h.device.type == "cpu" else b * H
         for r in range(0, b * H, step):
             blk = hf[r:r + step]
             blk.mul_(decay[r:r + step]).baddbmm_(u[r:r + step], Bh[r:r + step])
@@ -365,7 +369,7 @@ def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
     # Mamba-1: whole rows per block (a row is E·N: 96 KiB at the 130m shape, so usually one block)
     decay = torch.exp(dt[..., None] * A)  # [b, E, N]: per channel and state dim
     u, y = (dt * x)[..., None], torch.empty_like(x)
-    step = max(1, STATE_BLOCK_BYTES // (h[0].numel() * h.element_size()))
+    step = max(1, STATE_BLOCK_BYTES // (h[0].numel() * h.element_size())) if h.device.type == "cpu" else b
     for i in range(0, b, step):
         blk = h[i:i + step]
         blk.mul_(decay[i:i + step]).baddbmm_(u[i:i + step], B[i:i + step, None, :])
