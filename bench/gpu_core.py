@@ -13,8 +13,9 @@ Sections:
   click     the Compose & compare click in-process at the 2.7b shape in bfloat16 (k = 10 contexts of
             the demo's lengths, 7 methods, 24 generated tokens; the contexts' states stored
             beforehand, as in the app; target <= 1 s), each way
-  picaso    PICASO-R's whole click (compose + query + scoring, one method) against Concat's at the
-            same shape (target >= 5x), each way
+            and PICASO-R's whole click (compose + query + scoring, one method) against Concat's at
+            the same shape (target >= 5x), each way, split into composing and scoring
+  where     (not in the default) the GPU ops one PICASO-R scoring call spends its time on, 2.7b
 Ways: "torch" is the path before the kernels and query graphs (pure torch, decode graphs on);
 "torch+graphs" adds the query graphs; "kernels" the kernels without query graphs; "kernels+graphs"
 is the default where the kernels are installed. Weights are random (the shapes of the released
@@ -224,6 +225,45 @@ def click(args, model) -> dict:
             "graph_cache": {"captures": graphs.cache_of(model).captures, "replays": graphs.cache_of(model).replays}}
 
 
+@torch.no_grad()
+def where(args, model) -> dict:
+    """Where one PICASO-R scoring call (the 29 + 71 tokens from one composed state) spends its GPU
+    time at the 2.7b shape, kernels + graphs and kernels eager: the top GPU ops by total time."""
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    from picaso_core.analysis.evaluate import _build_state
+
+    ctx, q, c = demo_lengths_inputs(10)
+    store = model.encode_contexts(ctx)
+    st = _build_state(model, "picaso_r", ctx, store)
+    out = {}
+    for way in ("kernels+graphs", "kernels"):
+        set_way(way)
+        for _ in range(3):
+            model.continuation_losses(q, c, [st])
+        torch.cuda.synchronize()
+        with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            model.continuation_losses(q, c, [st])
+            torch.cuda.synchronize()
+        rows = sorted((e for e in prof.key_averages() if e.device_time_total > 0),
+                      key=lambda e: -e.self_device_time_total)[:18]
+        out[way] = [{"op": e.key[:90], "calls": e.count, "gpu_ms": e.self_device_time_total / 1e3} for e in rows]
+        print(f"\n## One PICASO-R scoring call at the 2.7b shape, {way}: {profile(lambda: model.continuation_losses(q, c, [st]))}\n")
+        print(table([[r["op"], r["calls"], f"{r['gpu_ms']:.2f}"] for r in out[way]], ["GPU op", "calls", "GPU ms (self)"]))
+    set_way("kernels+graphs")
+    short = {}
+    for on in (False, True, False, True):  # the kernel's chunk as the model's, or as short as the sequence
+        scan.KERNEL_SHORT_CHUNKS = on
+        model.__dict__.pop("_query_graphs", None)  # graphs recorded the other chunking
+        fns = {on: lambda: model.continuation_losses(q, c, [st])}
+        short.setdefault(on, []).extend(interleaved(fns, 10, warmup=3)[on])
+    scan.KERNEL_SHORT_CHUNKS = False
+    out["short_chunks_ms"] = {str(k): 1e3 * statistics.median(v) for k, v in short.items()}
+    print(f"\nPICASO-R scoring call, kernels + graphs, the kernel's chunk the model's (False) or the sequence's "
+          f"(True): {out['short_chunks_ms']} ms")
+    return out
+
+
 def main() -> None:
     ap = parser(__doc__, repeats=5)
     ap.add_argument("--only", default="accuracy,query,click", help="sections, comma-separated")
@@ -243,6 +283,10 @@ def main() -> None:
                 figures[name] = {"error": f"{type(e).__name__}: {e}"}
                 print(f"{name} failed: {figures[name]['error']}")
             write_json(args, figures)
+    if "where" in only:
+        model = make_model("mamba2-2.7b", torch.bfloat16)
+        figures["where"] = where(args, model)
+        write_json(args, figures)
     if "click" in only:
         try:
             model = make_model("mamba2-2.7b", torch.bfloat16)
