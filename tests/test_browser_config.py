@@ -16,12 +16,14 @@ from test_browser import CHROMEDRIVER, CHROMIUM
 HIDE_EMBEDDED = ("Object.defineProperty(window, 'gradio_config', "
                  "{configurable: true, get() { return undefined; }, set(v) {}});")
 # the visible page: its text, and each visible element's tag, id and classes (plotly's drawing by
-# its tags alone, its ids are random; generated ids and Svelte's scoped classes left out)
+# its tags alone, its ids are random; generated ids and Svelte's scoped classes left out; a hidden
+# progress indicator keeps the kind of the last event that reached it, whichever of the page's load
+# events that was)
 SNAPSHOT_JS = """
 const root = document.querySelector('.gradio-container'), out = [];
 const plain = (s) => !/[0-9]/.test(s) && !/^(svelte|html)-/.test(s);
 root.querySelectorAll('*').forEach(e => {
-  if (e.offsetParent === null && !(e instanceof SVGElement)) return;
+  if (e.offsetParent === null && !(e instanceof SVGElement) || e.closest('.hide')) return;
   if (e.closest('.js-plotly-plot')) { out.push(e.tagName); return; }
   out.push(`${e.tagName}#${plain(e.id) ? e.id : ''}.${[...e.classList].filter(plain).sort().join('.')}`);
 });
