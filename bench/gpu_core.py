@@ -39,14 +39,17 @@ from picaso_core import ContextState, ModelConfig, SSMLanguageModel  # noqa: E40
 from picaso_core.engine import decode, graphs, kernels, scan  # noqa: E402
 
 SHAPES = {"mamba2-130m": (768, 24), "mamba2-2.7b": (2560, 64)}  # (d_model, n_layer): config.json
-WAYS = {"torch": (False, False), "torch+graphs": (False, True), "kernels": (True, False), "kernels+graphs": (True, True)}
+WAYS = {"torch": (False, False), "torch+graphs": (False, True), "kernels": (True, False), "kernels+graphs": (True, True),
+        "kernels+graphs, no addnorm": (True, True),  # the kernels but the fused residual add + RMSNorm
+        "kernels+graphs, short chunks": (True, True)}  # scan.KERNEL_SHORT_CHUNKS on
 
 
 def set_way(way: str) -> None:
     k, g = WAYS[way]
-    kernels.use_kernels(k)
+    kernels.use_kernels(k, set(kernels.OPS) - {"addnorm"} if way.endswith("no addnorm") else None)
     graphs.ENABLED = g
     decode.CUDA_GRAPHS = True
+    scan.KERNEL_SHORT_CHUNKS = way.endswith("short chunks")
 
 
 def make_model(shape: str, dtype: torch.dtype) -> SSMLanguageModel:
@@ -65,8 +68,8 @@ def rel(a, ref) -> float:
 
 # ---- accuracy -------------------------------------------------------------------------------------
 @torch.no_grad()
-def accuracy() -> dict:
-    from picaso_core.engine.model import GatedRMSNorm
+def accuracy(args) -> dict:
+    from picaso_core.engine.model import GatedRMSNorm, RMSNorm, _add_norm
 
     kernels.use_kernels(True)
     out = {}
@@ -74,7 +77,7 @@ def accuracy() -> dict:
     r = lambda *s: torch.randn(*s, device="cuda", generator=g)  # noqa: E731
     for dtype in (torch.float32, torch.bfloat16):
         name = str(dtype).split(".")[1]
-        if kernels.installed()["ssd"]:
+        if kernels.installed()["ssd"] and "ssd" in args.accuracy_ops:
             for b, l, h, p, gr, n, cs in ((2, 300, 8, 64, 2, 128, 256), (1, 1000, 24, 64, 1, 128, 256)):
                 x, B, C = r(b, l, h, p).to(dtype), r(b, l, gr, n).to(dtype), r(b, l, gr, n).to(dtype)
                 dt = torch.nn.functional.softplus(r(b, l, h) - 2)
@@ -82,7 +85,7 @@ def accuracy() -> dict:
                 y, s, _ = scan.ssd_scan(x, dt, A, B, C, cs, h0)
                 ry, rs, _ = scan.ssd_scan_chunked(*(t.double() for t in (x, dt, A, B, C)), cs, h0.double())
                 out[f"ssd y, {name}, l {l}"], out[f"ssd state, {name}, l {l}"] = rel(y, ry), rel(s, rs)
-        if kernels.installed()["step"]:
+        if kernels.installed()["step"] and "step" in args.accuracy_ops:
             for fam, shp in (("mamba2", (3, 24, 64, 128)), ("mamba1", (3, 1536, 16))):
                 hs = r(*shp)
                 if fam == "mamba2":
@@ -94,7 +97,15 @@ def accuracy() -> dict:
                 ry, rh = scan.state_update_ref(hs.double(), *(t.double() for t in (x, dt, A, B, C)))
                 y = scan.state_update(hs, x, dt, A, B, C)
                 out[f"step y, {fam}, {name}"], out[f"step state, {fam}, {name}"] = rel(y, ry), rel(hs, rh)
-        if kernels.installed()["norm"]:
+        if kernels.installed()["addnorm"] and "addnorm" in args.accuracy_ops:
+            norm = RMSNorm(2560, 1e-5).to("cuda", dtype)
+            norm.weight.copy_(torch.rand(2560, device="cuda") + 0.5)
+            out_, res = r(7, 64, 2560).to(dtype), r(7, 64, 2560)
+            y, res2 = _add_norm(norm, out_, res, dtype)
+            v = res.double() + out_.double()
+            ref = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight.double()
+            out[f"addnorm y, {name}"], out[f"addnorm residual, {name}"] = rel(y, ref), rel(res2, v)
+        if kernels.installed()["norm"] and "norm" in args.accuracy_ops:
             norm = GatedRMSNorm(1536, 1536, 1e-5).to("cuda", dtype)
             norm.weight.copy_(torch.rand(1536, device="cuda") + 0.5)
             y, z = r(8, 64, 1536).to(dtype), r(8, 64, 1536).to(dtype)
@@ -138,7 +149,7 @@ def profile(fn) -> dict:
 @torch.no_grad()
 def query(args) -> dict:
     res = {}
-    for dtype in (torch.bfloat16, torch.float32):
+    for dtype in [getattr(torch, d) for d in args.query_dtypes.split(",")]:
         model = make_model("mamba2-130m", dtype)
         g = torch.Generator().manual_seed(1)
         set_way("torch")
@@ -147,7 +158,7 @@ def query(args) -> dict:
         ids = torch.randint(0, 50277, (8, 64), generator=g).cuda()
         fns = {}
         for way in WAYS:
-            if way.startswith("kernels") and not kernels.installed()["ssd"]:
+            if (way.startswith("kernels") and not kernels.installed()["ssd"]) or way.endswith("short chunks"):
                 continue
             fns[way] = (lambda w=way: (set_way(w), model.hidden_states(ids, states)))
         times = medians(interleaved(fns, args.repeats, warmup=3))
@@ -250,23 +261,21 @@ def where(args, model) -> dict:
         out[way] = [{"op": e.key[:90], "calls": e.count, "gpu_ms": e.self_device_time_total / 1e3} for e in rows]
         print(f"\n## One PICASO-R scoring call at the 2.7b shape, {way}: {profile(lambda: model.continuation_losses(q, c, [st]))}\n")
         print(table([[r["op"], r["calls"], f"{r['gpu_ms']:.2f}"] for r in out[way]], ["GPU op", "calls", "GPU ms (self)"]))
+    ways = ("kernels+graphs", "kernels+graphs, short chunks")
+    fns = {w: (lambda w=w: (set_way(w), model.continuation_losses(q, c, [st]))[1]) for w in ways}
+    out["short_chunks_ms"] = {w: 1e3 * v for w, v in medians(interleaved(fns, 10, warmup=3)).items()}
+    losses = {w: fn() for w, fn in fns.items()}
+    out["short_chunks_loss_diff"] = abs(losses[ways[0]][0] - losses[ways[1]][0])
     set_way("kernels+graphs")
-    short = {}
-    for on in (False, True, False, True):  # the kernel's chunk as the model's, or as short as the sequence
-        scan.KERNEL_SHORT_CHUNKS = on
-        model.__dict__.pop("_query_graphs", None)  # graphs recorded the other chunking
-        fns = {on: lambda: model.continuation_losses(q, c, [st])}
-        short.setdefault(on, []).extend(interleaved(fns, 10, warmup=3)[on])
-    scan.KERNEL_SHORT_CHUNKS = False
-    out["short_chunks_ms"] = {str(k): 1e3 * statistics.median(v) for k, v in short.items()}
-    print(f"\nPICASO-R scoring call, kernels + graphs, the kernel's chunk the model's (False) or the sequence's "
-          f"(True): {out['short_chunks_ms']} ms")
+    print(f"\nPICASO-R scoring call: {out['short_chunks_ms']} ms; |Δ loss| {out['short_chunks_loss_diff']:.1e}")
     return out
 
 
 def main() -> None:
     ap = parser(__doc__, repeats=5)
     ap.add_argument("--only", default="accuracy,query,click", help="sections, comma-separated")
+    ap.add_argument("--accuracy-ops", default="ssd,step,norm,addnorm", help="the kernels the accuracy section checks")
+    ap.add_argument("--query-dtypes", default="bfloat16,float32", help="the query section's dtypes")
     args = parse(ap)
     if not torch.cuda.is_available():
         sys.exit("bench/gpu_core.py needs CUDA")
@@ -275,7 +284,7 @@ def main() -> None:
                "kernels_installed": kernels.installed(), "import_errors": kernels.import_errors}
     print(f"# gpu_core: {figures['device']}, torch {torch.__version__}; installed: {kernels.installed()}\n")
     t0 = time.perf_counter()
-    for name, fn in (("accuracy", accuracy), ("query", lambda: query(args))):
+    for name, fn in (("accuracy", lambda: accuracy(args)), ("query", lambda: query(args))):
         if name in only:
             try:
                 figures[name] = fn()

@@ -7,7 +7,8 @@
 #   OUT=/tmp/gpu_out bash scripts/gpu_check.sh
 #
 # Everything it prints is also under $OUT (logs and JSON). The full CUDA build of causal-conv1d runs
-# in the background while the rest runs; its time is in $OUT/conv_build.log when it finishes in time.
+# in the background while the rest runs (NO_CONV_BUILD=1: not at all); its time is in
+# $OUT/conv_build.log when it finishes in time. BENCH_ARGS: extra flags of bench/gpu_core.py.
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
@@ -20,7 +21,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv |
 $PY -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 
 # 1. causal-conv1d's full CUDA build, in the background: its wall time is the README's figure
-if ls .whl/causal_conv1d-*.tar.gz >/dev/null 2>&1; then
+if [ -z "${NO_CONV_BUILD:-}" ] && ls .whl/causal_conv1d-*.tar.gz >/dev/null 2>&1; then
   (s=$(date +%s)
    CAUSAL_CONV1D_FORCE_BUILD=TRUE MAX_JOBS=${MAX_JOBS:-6} $PY -m pip wheel --no-deps --no-build-isolation --no-index \
      -w /tmp/conv_wheel .whl/causal_conv1d-*.tar.gz > "$OUT/conv_build.log" 2>&1
@@ -42,7 +43,8 @@ MAMBA_DETERMINISTIC=1 timeout ${TEST_TIMEOUT:-240} $PY -m pytest -q -p no:cachep
 
 # 4. the side-by-side benchmark (production autotuning)
 stamp "bench/gpu_core.py"
-timeout ${BENCH_TIMEOUT:-300} $PY bench/gpu_core.py --repeats ${REPEATS:-5} --json "$OUT/gpu_core.json" 2>&1 | tee "$OUT/gpu_core.log"
+timeout ${BENCH_TIMEOUT:-300} $PY bench/gpu_core.py --repeats ${REPEATS:-5} --json "$OUT/gpu_core.json" ${BENCH_ARGS:-} 2>&1 \
+  | tee "$OUT/gpu_core.log"
 
 # 5. decode at the 2.7b shape, bfloat16, 7 rows
 stamp "bench/decode_speed.py"

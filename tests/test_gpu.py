@@ -139,9 +139,15 @@ def test_state_update_kernel_against_float64(dtype, two):
     else:
         h, x, dt, A, B, C = r(b, E, 16), r(b, E).to(dtype), torch.rand(b, E, device="cuda", generator=g), \
             -torch.rand(E, 16, device="cuda", generator=g) - 0.1, r(b, 16).to(dtype), r(b, 16).to(dtype)
+    D = torch.rand(H if two else E, device="cuda", generator=g)
     y_ref, h_ref = scan.state_update_ref(h.double(), *(t.double() for t in (x, dt, A, B, C)))
+    h2 = h.clone()
     y = ran("step", lambda: scan.state_update(h, x, dt, A, B, C))  # h updated in place
     assert rel(y, y_ref) <= TOL["step", dtype] and rel(h, h_ref) <= 1e-5
+    # with the D skip fused: y + D x, in x's dtype
+    yD = ran("step", lambda: scan.state_update(h2, x, dt, A, B, C, D=D))
+    skip = x.double() * (D[:, None] if two else D).double()
+    assert yD.dtype == dtype and rel(yD, y_ref + skip) <= TOL["step", dtype] and torch.equal(h2, h)
 
 
 @needs_mamba
@@ -161,6 +167,32 @@ def test_gated_norm_kernel_against_float64(dtype):
     v = (y.double() * z.double() * torch.sigmoid(z.double())).view(4, 7, E // group, group)
     ref = (v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-5)).view(4, 7, E) * norm.weight.double()
     assert out.dtype == dtype and rel(out, ref) <= TOL["norm", dtype]
+
+
+@needs_mamba
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_add_norm_kernel_against_float64(dtype):
+    """A block's pre-norm, fused: residual (float32) += out; normed = RMSNorm(residual) * w in the
+    model dtype; and before the first block (no out) the norm alone."""
+    from picaso_core.engine.model import RMSNorm, _add_norm
+
+    g = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ())))
+    d = 768
+    norm = RMSNorm(d, 1e-5).to("cuda", dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(d, device="cuda", generator=g) + 0.5)
+    out = torch.randn(3, 5, d, device="cuda", generator=g).to(dtype)
+    residual = torch.randn(3, 5, d, device="cuda", generator=g)
+
+    def rms(v):  # the definition, in float64
+        return v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-5) * norm.weight.double()
+    with torch.no_grad():
+        y, r = ran("addnorm", lambda: _add_norm(norm, out, residual, dtype))
+        y0, r0 = ran("addnorm", lambda: _add_norm(norm, None, residual, dtype))
+    r_ref = residual.double() + out.double()
+    assert r.dtype == torch.float32 and rel(r, r_ref) <= 1e-6
+    assert y.dtype == dtype and rel(y, rms(r_ref)) <= TOL["norm", dtype]
+    assert r0 is residual and rel(y0, rms(residual.to(dtype).double())) <= TOL["norm", dtype]
 
 
 @needs_conv
@@ -186,7 +218,7 @@ def test_conv_kernels_against_float64(dtype):
 @needs_mamba
 def test_model_repr_names_the_kernels():
     m = tiny_model("Mamba2").to("cuda")
-    assert "kernels: ssd, step, norm" in repr(m) and "CUDA graphs" in repr(m)
+    assert "kernels: ssd, step, norm, addnorm" in repr(m) and "CUDA graphs" in repr(m)
     from picaso_core.engine import kernels as K
 
     K.use_kernels(False)

@@ -27,6 +27,7 @@ def fake_kernels(monkeypatch):
     monkeypatch.setattr(kernels, "_KERNELS", {op: never for op in kernels.OPS})
     monkeypatch.setattr(kernels, "broken", {})
     monkeypatch.setattr(kernels, "ENABLED", True)
+    monkeypatch.setattr(kernels, "ALLOWED", frozenset(kernels.OPS))
     return never
 
 
@@ -37,13 +38,18 @@ def test_cpu_model_says_pure_torch():
 
 
 def test_describe_names_each_path(fake_kernels, monkeypatch):
-    assert kernels.describe("cuda", "Mamba2") == "kernels: ssd, step, norm, conv, conv_step"
+    assert kernels.describe("cuda", "Mamba2") == "kernels: ssd, step, norm, addnorm, conv, conv_step"
     # Mamba-1's prefill scan has no Triton kernel: it says so
-    assert kernels.describe("cuda", "Mamba1") == "kernels: step, conv, conv_step; Mamba-1 prefill scan: pure torch"
+    assert kernels.describe("cuda", "Mamba1") == ("kernels: step, addnorm, conv, conv_step; "
+                                                  "Mamba-1 prefill scan: pure torch")
     monkeypatch.setitem(kernels._KERNELS, "conv", None)
     monkeypatch.setitem(kernels._KERNELS, "conv_step", None)
-    assert kernels.describe("cuda") == ("kernels: ssd, step, norm; pure torch: conv, conv_step "
+    assert kernels.describe("cuda") == ("kernels: ssd, step, norm, addnorm; pure torch: conv, conv_step "
                                         "(causal-conv1d not installed)")
+    kernels.use_kernels(True, {"ssd", "step"})
+    assert kernels.describe("cuda") == ("kernels: ssd, step; pure torch: norm, addnorm, conv, conv_step "
+                                        "(PICASO_KERNELS leaves it out; causal-conv1d not installed)")
+    assert kernels.get("norm", torch.zeros(1)) is None
     kernels.use_kernels(False)
     assert kernels.describe("cuda") == "pure torch (kernels switched off: PICASO_KERNELS=torch)"
     assert kernels.active("cuda") == {op: False for op in kernels.OPS}
@@ -97,6 +103,7 @@ FAKE_MAMBA = {
     "mamba_ssm/ops/triton/ssd_combined.py": "def mamba_chunk_scan_combined(*a, **k):\n    return 'ssd'\n",
     "mamba_ssm/ops/triton/selective_state_update.py": "def selective_state_update(*a, **k):\n    return 'step'\n",
     "mamba_ssm/ops/triton/layernorm_gated.py": "def rmsnorm_fn(*a, **k):\n    return 'norm'\n",
+    "mamba_ssm/ops/triton/layer_norm.py": "def rms_norm_fn(*a, **k):\n    return 'addnorm'\n",
 }
 
 
@@ -120,12 +127,24 @@ def test_triton_only_install_is_found(tmp_path):
     """mamba_ssm's __init__ imports selective_scan_cuda, absent in a MAMBA_SKIP_CUDA_BUILD install:
     the Triton kernels are still found, and why the package itself did not import is kept."""
     out = _probe(tmp_path)
-    assert "['norm', 'ssd', 'step'] True" in out
+    assert "['addnorm', 'norm', 'ssd', 'step'] True" in out
     assert "ssd" in out.splitlines()[1] and "selective_scan_cuda" in out
 
 
 def test_environment_switch(tmp_path):
     assert "True" not in _probe(tmp_path, {"PICASO_KERNELS": "torch"}).splitlines()[0]
+
+
+def test_the_switch_takes_a_subset_and_refuses_unknown_ops(monkeypatch):
+    assert kernels._parse("auto") == (True, frozenset(kernels.OPS))
+    assert kernels._parse("off") == (False, frozenset())
+    assert kernels._parse(" ssd, step ") == (True, frozenset({"ssd", "step"}))
+    with pytest.raises(ValueError, match="unknown ops.*'scan'"):
+        kernels._parse("ssd,scan")
+    before = kernels.setting()
+    with pytest.raises(ValueError, match="unknown kernel ops"):
+        kernels.use_kernels(False, {"flash"})
+    assert kernels.setting() == before  # a refused switch changes nothing
 
 
 # ---- the query graphs' padding, checked eagerly -------------------------------------------------

@@ -102,7 +102,7 @@ def _stepper(model, st: ContextState) -> Callable[[Tensor], Tensor]:
         w = model.backbone.embedding.weight
         cache = model.__dict__.setdefault("_decode_graphs", {})
         # moved or cast weights, or the kernels switched: a new capture
-        key = (st.batch_size, st.ssm.dtype, w.data_ptr(), w.dtype, kernels.ENABLED)
+        key = (st.batch_size, st.ssm.dtype, w.data_ptr(), w.dtype, kernels.setting())
         if key not in cache:
             cache[key] = _GraphStep(model, st)
         return cache[key].load(st)

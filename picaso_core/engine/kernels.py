@@ -6,6 +6,8 @@
     step        selective_state_update (the one-token update   mamba-ssm        Triton: none
                 of `step`, Mamba-1 and Mamba-2)
     norm        rmsnorm_fn (Mamba-2's gated group RMSNorm)     mamba-ssm        Triton: none
+    addnorm     rms_norm_fn (a block's residual add and its    mamba-ssm        Triton: none
+                RMSNorm in one pass, as mamba_ssm's fused_add_norm)
     conv        causal_conv1d_fn (prefill conv, carried window) causal-conv1d   CUDA build
     conv_step   causal_conv1d_update (decode conv)             causal-conv1d    CUDA build
 
@@ -16,8 +18,9 @@ The pure-torch path (engine/scan.py, engine/model.py) is the reference and runs 
 does not: on CPU, without the package, while autograd records (fine-tuning: the reference's
 gradients are the ones tests/test_scan.py checks), or when switched off:
 
-    PICASO_KERNELS=torch         environment, read at import
-    kernels.use_kernels(False)   in a program (True switches them back on)
+    PICASO_KERNELS=torch         environment, read at import (a comma list, e.g. "ssd,step", keeps
+                                 those ops only; unset or "auto": every installed kernel)
+    kernels.use_kernels(False)   in a program (True: all again; use_kernels(True, {"ssd"}): a subset)
 
 A model says which path it runs in its repr (`SSMLanguageModel.kernel_path()`).
 
@@ -47,20 +50,39 @@ import torch
 
 log = logging.getLogger(__name__)
 
-OPS = ("ssd", "step", "norm", "conv", "conv_step")
+OPS = ("ssd", "step", "norm", "addnorm", "conv", "conv_step")
 _SOURCES = {  # op -> (module, attribute)
     "ssd": ("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined"),
     "step": ("mamba_ssm.ops.triton.selective_state_update", "selective_state_update"),
     "norm": ("mamba_ssm.ops.triton.layernorm_gated", "rmsnorm_fn"),
+    "addnorm": ("mamba_ssm.ops.triton.layer_norm", "rms_norm_fn"),
     "conv": ("causal_conv1d", "causal_conv1d_fn"),
     "conv_step": ("causal_conv1d", "causal_conv1d_update"),
 }
-PACKAGE = {"ssd": "mamba-ssm", "step": "mamba-ssm", "norm": "mamba-ssm",
+PACKAGE = {"ssd": "mamba-ssm", "step": "mamba-ssm", "norm": "mamba-ssm", "addnorm": "mamba-ssm",
            "conv": "causal-conv1d", "conv_step": "causal-conv1d"}
 WHAT = {"ssd": "Mamba-2 prefill scan", "step": "decode state update", "norm": "gated RMSNorm",
+        "addnorm": "residual add + RMSNorm",
         "conv": "prefill conv", "conv_step": "decode conv"}
 
-ENABLED = os.environ.get("PICASO_KERNELS", "auto").strip().lower() not in ("torch", "0", "off", "none")
+
+
+def _parse(value: str) -> tuple[bool, frozenset[str]]:
+    """PICASO_KERNELS -> (on, the ops allowed)."""
+    v = value.strip().lower()
+    if v in ("", "auto", "1", "on", "all"):
+        return True, frozenset(OPS)
+    if v in ("torch", "0", "off", "none"):
+        return False, frozenset()
+    ops = frozenset(o.strip() for o in v.split(",") if o.strip())
+    unknown = ops - set(OPS)
+    if unknown:
+        raise ValueError(f"PICASO_KERNELS={value!r}: unknown ops {sorted(unknown)}; valid: auto, torch, or "
+                         f"a comma list of {', '.join(OPS)}")
+    return True, ops
+
+
+ENABLED, ALLOWED = _parse(os.environ.get("PICASO_KERNELS", "auto"))
 broken: dict[str, str] = {}
 _failed: set[tuple] = set()  # (op, the failing inputs' kind)
 calls: dict[str, int] = {op: 0 for op in OPS}
@@ -115,16 +137,26 @@ def installed() -> dict[str, bool]:
     return {op: fn is not None for op, fn in _KERNELS.items()}
 
 
-def use_kernels(on: bool) -> None:
-    """Switch the kernels on (where installed) or off (the pure-torch reference everywhere)."""
-    global ENABLED
-    ENABLED = bool(on)
+def use_kernels(on: bool, ops=None) -> None:
+    """Switch the kernels on (where installed; `ops`: only those) or off (the pure-torch reference
+    everywhere)."""
+    global ENABLED, ALLOWED
+    allowed = frozenset(OPS if ops is None else ops)
+    unknown = allowed - set(OPS)
+    if unknown:
+        raise ValueError(f"unknown kernel ops {sorted(unknown)}; valid: {', '.join(OPS)}")
+    ENABLED, ALLOWED = bool(on), allowed
+
+
+def setting() -> tuple:
+    """What a CUDA graph must be keyed by: the kernels it recorded."""
+    return (ENABLED, ALLOWED)
 
 
 def get(op: str, like: torch.Tensor) -> Callable | None:
     """The kernel for `op` if it should run on `like`'s device now, else None (use pure torch)."""
     fn = _KERNELS[op]
-    if fn is None or not ENABLED or not like.is_cuda:
+    if fn is None or not ENABLED or op not in ALLOWED or not like.is_cuda:
         return None
     if torch.is_grad_enabled() and like.requires_grad:  # training: the reference's gradients
         return None
@@ -152,8 +184,8 @@ def run(op: str, fn: Callable, *args, **kwargs):
 def active(device: torch.device | str, family: str = "Mamba2") -> dict[str, bool]:
     """Which ops run a kernel for a model of `family` on `device` (inference)."""
     dev = torch.device(device)
-    ops = OPS if family == "Mamba2" else ("step", "conv", "conv_step")
-    return {op: (dev.type == "cuda" and ENABLED and _KERNELS[op] is not None) for op in ops}
+    ops = OPS if family == "Mamba2" else ("step", "addnorm", "conv", "conv_step")
+    return {op: (dev.type == "cuda" and ENABLED and op in ALLOWED and _KERNELS[op] is not None) for op in ops}
 
 
 def describe(device: torch.device | str, family: str = "Mamba2") -> str:
@@ -167,7 +199,8 @@ def describe(device: torch.device | str, family: str = "Mamba2") -> str:
     on = active(dev, family)
     fast = [op for op, v in on.items() if v]
     slow = [op for op, v in on.items() if not v]
-    why = list(dict.fromkeys(f"{PACKAGE[op]} not installed" for op in slow))
+    why = list(dict.fromkeys(f"{PACKAGE[op]} not installed" if _KERNELS[op] is None else "PICASO_KERNELS leaves it out"
+                             for op in slow))
     parts = []
     if fast:
         parts.append("kernels: " + ", ".join(fast))

@@ -65,6 +65,11 @@ class GatedRMSNorm(nn.Module):
         return yg.flatten(-2).to(dtype) * self.weight
 
 
+def _limit(dt: Tensor, limit: tuple[float, float]) -> Tensor:
+    """dt clamped to mamba_ssm's dt_limit; the default (0, inf) holds for any softplus: no op."""
+    return dt if (limit[0] <= 0 and limit[1] == math.inf) else dt.clamp(*limit)
+
+
 def _inv_softplus_dt(cfg: ModelConfig, n: int) -> Tensor:
     """dt bias so that softplus(bias) is log-uniform in [dt_min, dt_max] (mamba_ssm's init)."""
     s = cfg.ssm_cfg
@@ -103,7 +108,7 @@ class Mamba2Mixer(nn.Module):
                                       conv_state, lengths)
         x, B, C = xBC.transpose(1, 2).split([E, GN, GN], dim=-1)
         # 3. step sizes; dt = 0 on padding makes the step the identity (decay 1, nothing written)
-        dt = F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]).clamp(*s.dt_limit)  # float32 decay math
+        dt = _limit(F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]), s.dt_limit)  # float32 decay math
         if lengths is not None:
             dt = dt * (torch.arange(t, device=u.device)[None, :] < lengths[:, None])[..., None]
         A = -torch.exp(upcast(self.A_log)[0])  # [H]
@@ -126,12 +131,11 @@ class Mamba2Mixer(nn.Module):
         z, xBC, dt = self.in_proj(u).split([E, E + 2 * GN, H], dim=-1)
         xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
         x, B, C = xBC.split([E, GN, GN], dim=-1)
-        dt = F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]).clamp(*s.dt_limit)  # [b, H]
+        dt = _limit(F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]), s.dt_limit)  # [b, H]
         A = -torch.exp(upcast(self.A_log)[0])  # [H]
         # h = exp(dt A) h + dt B x;  y = C h   (Mamba-2 paper eq. 1, a scalar A per head)
         y = state_update(ssm_state, x.view(b, H, s.headdim), dt, A, B.view(b, s.ngroups, s.d_state),
-                         C.view(b, s.ngroups, s.d_state))
-        y = y.to(x.dtype) + x.view(b, H, s.headdim) * self.D[:, None].to(x.dtype)
+                         C.view(b, s.ngroups, s.d_state), D=self.D)  # + D x
         return self.out_proj(self.norm(y.reshape(b, E), z)), dt * A  # dt·A: the step's log-decay
 
 
@@ -183,9 +187,30 @@ class Mamba1Mixer(nn.Module):
         dt = F.softplus(upcast(self.dt_proj(dt))[0])  # [b, E]
         A = -torch.exp(upcast(self.A_log)[0])  # [E, N]
         # h = exp(dt A) h + dt B x;  y = Σ_n C h   (Mamba-1, per channel and state dimension)
-        y = state_update(ssm_state, x, dt, A, B, C)
-        y = y.to(x.dtype) + x * self.D.to(x.dtype)
+        y = state_update(ssm_state, x, dt, A, B, C, D=self.D)  # + D x
         return self.out_proj(y * F.silu(z)), dt[..., None] * A
+
+
+def _add_norm(norm: nn.Module, out: Tensor | None, residual: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """A block's pre-norm: residual += out (the previous mixer's output; None before the first
+    block), then norm(residual) in `dtype`. Returns (normed, residual).
+    On CUDA with mamba-ssm (RMSNorm), one fused kernel as mamba_ssm's fused_add_norm: it normalises
+    the float32 residual itself, where the reference (as transformers' Mamba2) rounds it to `dtype`
+    first: the same up to that rounding (none in float32)."""
+    fn = kernels.get("addnorm", residual) if isinstance(norm, RMSNorm) else None
+    if fn is not None:
+        if out is None:
+            y = kernels.run("addnorm", fn, residual.to(dtype), norm.weight, None, eps=norm.eps)
+            if y is not None:
+                return y, residual
+        else:
+            r = kernels.run("addnorm", fn, out, norm.weight, None, residual=residual, eps=norm.eps, prenorm=True,
+                            residual_in_fp32=residual.dtype == torch.float32)
+            if r is not None:
+                return r
+    if out is not None:
+        residual = residual + out.to(residual.dtype)
+    return norm(residual.to(dtype)), residual
 
 
 class Block(nn.Module):
@@ -294,14 +319,14 @@ class SSMLanguageModel(nn.Module):
         cfg = self.config
         hidden = self.backbone.embedding(ids)  # [b, t, D]
         residual = hidden.float() if cfg.residual_in_fp32 and hidden.dtype != torch.float64 else hidden
-        ssm, conv, decay = [], [], []
+        ssm, conv, decay, out = [], [], [], None
         for i, layer in enumerate(self.backbone.layers):
-            out, c, s, ld = layer.mixer(layer.norm(residual.to(hidden.dtype)), conv_in[:, i], ssm_in[:, i], lengths)
-            residual = residual + out.to(residual.dtype)
+            normed, residual = _add_norm(layer.norm, out, residual, hidden.dtype)  # residual += the last out
+            out, c, s, ld = layer.mixer(normed, conv_in[:, i], ssm_in[:, i], lengths)
             conv.append(c)
             ssm.append(s.to(c.dtype))
             decay.append(ld.view(b, -1, 1, 1) if cfg.family == "Mamba2" else ld)
-        hidden = self.backbone.norm_f(residual.to(hidden.dtype))
+        hidden = _add_norm(self.backbone.norm_f, out, residual, hidden.dtype)[0]
         log_decay = log_decay_in + torch.stack(decay, 1).to(log_decay_in.dtype)  # A(u u') = A(u') A(u)
         return hidden, torch.stack(ssm, 1), torch.stack(conv, 1), log_decay
 
@@ -397,11 +422,12 @@ class SSMLanguageModel(nn.Module):
         cfg = self.config
         hidden = self.backbone.embedding(ids)  # [b, D]
         residual = hidden.float() if cfg.residual_in_fp32 and hidden.dtype != torch.float64 else hidden
+        out = None
         for i, layer in enumerate(self.backbone.layers):
-            out, la = layer.mixer.step(layer.norm(residual.to(hidden.dtype)), conv[:, i], ssm[:, i])
-            residual = residual + out.to(residual.dtype)
+            normed, residual = _add_norm(layer.norm, out, residual, hidden.dtype)  # residual += the last out
+            out, la = layer.mixer.step(normed, conv[:, i], ssm[:, i])
             log_decay[:, i] += la.view(log_decay[:, i].shape)  # A(u x) = A(x) A(u)
-        return upcast(self.lm_head(self.backbone.norm_f(residual.to(hidden.dtype))))[0]
+        return upcast(self.lm_head(_add_norm(self.backbone.norm_f, out, residual, hidden.dtype)[0]))[0]
 
     @torch.no_grad()
     def step(self, token_ids: Tensor, state: ContextState | None = None) -> tuple[Tensor, ContextState]:

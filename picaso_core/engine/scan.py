@@ -329,13 +329,25 @@ def conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tensor
 STATE_BLOCK_BYTES = 1 << 20
 
 
-def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> Tensor:
+_ZEROS: dict[torch.device, Tensor] = {}
+
+
+def _zeros(device: torch.device, shape: tuple[int, ...]) -> Tensor:
+    """A float32 zero of `shape` with every stride 0, one allocation per device (a graph replays it)."""
+    if device not in _ZEROS:
+        _ZEROS[device] = torch.zeros((), dtype=torch.float32, device=device)
+    return _ZEROS[device].expand(shape)
+
+
+def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                 D: Tensor | None = None) -> Tensor:
     """One step of the recurrence, IN PLACE on h: h = exp(dt A) h + dt x B^T, returns y = C h.
 
     Args (Mamba-2 | Mamba-1):
         h: [b, H, P, N] | [b, E, N], float32, each row contiguous (all rows: the fast case); x: [b, H, P] | [b, E];
         dt: [b, H] | [b, E] (softplus'ed); A: [H] | [E, N] (< 0); B, C: [b, G, N] | [b, N].
-    Returns y [b, H, P] | [b, E] (float32), without the D skip and the gate.
+    Returns y [b, H, P] | [b, E] (float32), without the D skip and the gate; with D ([H] | [E]),
+    y + D x in x's dtype (the kernel adds it in float32 before rounding, one launch fewer).
     On CUDA with mamba_ssm, its selective_state_update kernel (one launch instead of five).
     On CPU, blocks of `STATE_BLOCK_BYTES`: each block's three ops (scale, outer-product accumulate,
     C h) run back to back while it is in cache; on CUDA without the kernel, one pass per op (there a
@@ -348,11 +360,15 @@ def state_update(h: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
             P, N = h.shape[2:]
             kdt, kA = dt[..., None].expand(*dt.shape, P), A[:, None, None].expand(-1, P, N)
         # mamba-ssm 2.3.2's wrapper reads dt_bias' and D's strides unconditionally: zeros with
-        # stride 0 (dt is already softplus'ed; the D skip is added by the caller)
-        zero = torch.zeros((), dtype=torch.float32, device=h.device).expand(kdt.shape[1:])
-        y = kernels.run("step", fn, h, x, kdt, kA, B, C, D=zero, dt_bias=zero)
+        # stride 0 where not wanted (dt is already softplus'ed)
+        zero = _zeros(h.device, tuple(kdt.shape[1:]))
+        kD = zero if D is None else (D[:, None].expand(kdt.shape[1:]) if two else D)
+        y = kernels.run("step", fn, h, x, kdt, kA, B, C, D=kD, dt_bias=zero)
         if y is not None:
-            return y.float()
+            return y.float() if D is None else y
+    if D is not None:
+        y = state_update(h, x, dt, A, B, C)
+        return y.to(x.dtype) + x * (D[:, None] if two else D).to(x.dtype)
     b, N = h.shape[0], h.shape[-1]
     if b > 1 and not h.is_contiguous():  # rows apart in memory (a batch-major slice): one row at a time
         return torch.cat([state_update(h[i:i + 1], x[i:i + 1], dt[i:i + 1], A, B[i:i + 1], C[i:i + 1])
