@@ -292,18 +292,16 @@ def main() -> None:
                 figures[name] = {"error": f"{type(e).__name__}: {e}"}
                 print(f"{name} failed: {figures[name]['error']}")
             write_json(args, figures)
-    if "where" in only:
-        model = make_model("mamba2-2.7b", torch.bfloat16)
-        figures["where"] = where(args, model)
-        write_json(args, figures)
-    if "click" in only:
-        try:
-            model = make_model("mamba2-2.7b", torch.bfloat16)
-            print(f"\n2.7b model: {model.kernel_path()}")
-            figures["click"] = click(args, model)
-        except Exception as e:
-            figures["click"] = {"error": f"{type(e).__name__}: {e}"}
-            print(f"click failed: {figures['click']['error']}")
+    model = make_model("mamba2-2.7b", torch.bfloat16) if only & {"click", "where"} else None
+    for name, fn in (("click", click), ("where", where)):
+        if name in only:
+            try:
+                print(f"\n2.7b model: {model.kernel_path()}")
+                figures[name] = fn(args, model)
+            except Exception as e:
+                figures[name] = {"error": f"{type(e).__name__}: {e}"}
+                print(f"{name} failed: {figures[name]['error']}")
+            write_json(args, figures)
     figures["kernel_calls"], figures["broken"] = dict(kernels.calls), dict(kernels.broken)
     print(f"\nkernel calls: {kernels.calls}; broken: {kernels.broken or 'none'}; {time.perf_counter() - t0:.0f} s")
     write_json(args, figures)
