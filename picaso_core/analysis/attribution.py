@@ -28,10 +28,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from picaso_core.compose import composition_weights, mean_of_rotations
+from picaso_core.engine.losses import token_nll as engine_token_nll
 from picaso_core.engine.state import ContextState
 
 STATE_METHODS = ("soup", "caso", "picaso_s", "picaso_r")  # composed from the stored states
@@ -158,7 +158,7 @@ def token_nll(model, query_ids, answer_ids, state: ContextState) -> Tensor:
     hidden, _ = model.hidden_states(ids, state)
     logits = model.lm_head(hidden[:, len(q) - 1: -1]).float()  # the positions that predict a
     target = torch.tensor(a, device=logits.device)[None].expand(b, -1)
-    return F.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # [b, T_a]
+    return engine_token_nll(logits, target)  # [b, T_a]
 
 
 def subset_token_losses(model, query_ids, answer_ids, states: Sequence[ContextState], method: str, masks,

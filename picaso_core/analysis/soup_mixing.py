@@ -25,11 +25,11 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from picaso_core.analysis.soup import Progress, SkillLibrary, _check_ks, _draw, _noop, skill_tasks, task_names
 from picaso_core.compose import compose, decay_mix
 from picaso_core.data.skills import SHUFFLED_SUFFIX, format_demos, format_query
+from picaso_core.engine.losses import token_nll
 from picaso_core.engine.state import ContextState
 
 DECAY_METHODS = ("concat", "a_decay", "mean", "c2_only")  # sec. 2.3, in the paper's order, best first
@@ -53,7 +53,7 @@ def score_answer(model, states: Sequence[ContextState], prompt: str, answer: str
     hidden, _ = model.hidden_states(ids, ContextState.stack([s.to(model.device) for s in states]))
     logits = model.lm_head(hidden[:, len(p) - 1: -1]).float()[..., : model.config.vocab_size]  # [b, |a|+|nl|, V]
     tgt = target.to(logits.device)[None].expand(len(states), -1)
-    nll = F.cross_entropy(logits.transpose(1, 2), tgt, reduction="none")[:, : len(a)].mean(1)
+    nll = token_nll(logits, tgt)[:, : len(a)].mean(1)
     exact = (logits.argmax(-1) == tgt).all(1)
     return nll.tolist(), exact.tolist()
 

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from picaso_core.engine import kernels
+from picaso_core.engine.losses import token_nll
 from picaso_core.engine.scan import upcast
 from picaso_core.engine.state import ContextState, layer_major
 
@@ -219,7 +220,7 @@ def score_and_generate(model, prompt_ids, continuation_ids, states: Sequence[Con
     pred = torch.cat([logits[:, None], upcast(model.lm_head(c_hidden[:, :-1]))[0]], 1)
     del c_hidden
     target = cont.to(model.device)[None].expand(b, -1)
-    losses = torch.nn.functional.cross_entropy(pred.transpose(1, 2), target, reduction="none").mean(-1).tolist()
+    losses = token_nll(pred, target).mean(-1).tolist()
     t1 = time.perf_counter()
     gens = _decode(model, st, logits, max_new_tokens, temperature, top_k, seed, stop_at_eos) if max_new_tokens \
         else [[] for _ in range(b)]

@@ -27,6 +27,7 @@ from torch import Tensor
 from picaso_core.engine import graphs, kernels
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.decode import generate_batch
+from picaso_core.engine.losses import token_nll
 from picaso_core.engine.scan import causal_conv, conv_step, selective_scan, ssd_scan, state_update, upcast
 from picaso_core.engine.state import ContextState, layer_major
 
@@ -397,7 +398,7 @@ class SSMLanguageModel(nn.Module):
         hidden, _ = self.hidden_states(ids, state)
         logits = upcast(self.lm_head(hidden[:, q.numel() - 1: -1]))[0]  # positions predicting c
         target = c.to(self.device)[None].expand(b, -1)
-        return F.cross_entropy(logits.transpose(1, 2), target, reduction="none").mean(-1)  # [b]
+        return token_nll(logits, target).mean(-1)  # [b]
 
     @torch.no_grad()
     def continuation_loss(self, query_ids, continuation_ids, state: ContextState | None = None) -> float:

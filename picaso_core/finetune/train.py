@@ -36,9 +36,9 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from picaso_core.compose import compose
+from picaso_core.engine.losses import token_nll
 from picaso_core.engine.state import ContextState
 
 OBJECTIVES = ("bptc", "bp2c")
@@ -237,7 +237,7 @@ def continuation_nll(model, queries, continuations, state: ContextState | None) 
         targets[i, len(q) - 1: len(q) - 1 + len(c)] = torch.as_tensor(c, dtype=torch.long)
     hidden, _ = model.hidden_states(ids, state)
     logits = model.lm_head(hidden).float()  # [b, t, V]
-    nll = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100, reduction="none")  # [b, t]
+    nll = token_nll(logits, targets)  # [b, t]
     return nll.sum(1) / (targets != -100).sum(1)
 
 
@@ -248,7 +248,7 @@ def lm_nll(model, docs: Sequence[Sequence[int]]) -> torch.Tensor:
     targets[:, :-1] = ids[:, 1:]
     targets[torch.arange(ids.shape[1], device=ids.device)[None] >= (lengths[:, None] - 1)] = -100
     logits = model.lm_head(model.hidden_states(ids)[0]).float()
-    return F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100)
+    return token_nll(logits, targets).sum() / (targets != -100).sum()
 
 
 class CompositionObjective(nn.Module):
