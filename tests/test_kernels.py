@@ -49,7 +49,8 @@ def test_describe_names_each_path(fake_kernels, monkeypatch):
     kernels.use_kernels(True, {"ssd", "step"})
     assert kernels.describe("cuda") == ("kernels: ssd, step; pure torch: norm, addnorm, conv, conv_step "
                                         "(PICASO_KERNELS leaves it out; causal-conv1d not installed)")
-    assert kernels.get("norm", torch.zeros(1)) is None
+    assert kernels.get("norm", torch.zeros(1).as_subclass(CudaLike)) is None
+    assert kernels.get("ssd", torch.zeros(1).as_subclass(CudaLike)) is fake_kernels
     kernels.use_kernels(False)
     assert kernels.describe("cuda") == "pure torch (kernels switched off: PICASO_KERNELS=torch)"
     assert kernels.active("cuda") == {op: False for op in kernels.OPS}
@@ -84,11 +85,13 @@ def test_a_failing_kernel_falls_back_and_says_so(fake_kernels, caplog, monkeypat
     assert kernels.calls["step"] >= 1
 
 
+class CudaLike(torch.Tensor):  # a CPU tensor that claims CUDA: get() decides on is_cuda, grad and the switch
+    @property
+    def is_cuda(self):
+        return True
+
+
 def test_kernels_stand_aside_while_autograd_records(fake_kernels, monkeypatch):
-    class CudaLike(torch.Tensor):  # a CPU tensor that claims CUDA: get() decides on is_cuda and grad
-        @property
-        def is_cuda(self):
-            return True
     w = torch.zeros(3, requires_grad=True)
     t = (w * 2).as_subclass(CudaLike)
     assert kernels.get("ssd", t) is None  # a training forward keeps the reference's gradients
