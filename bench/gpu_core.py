@@ -15,7 +15,8 @@ Sections:
             beforehand, as in the app; target <= 1 s), each way
             and PICASO-R's whole click (compose + query + scoring, one method) against Concat's at
             the same shape (target >= 5x), each way, split into composing and scoring
-  where     (not in the default) the GPU ops one PICASO-R scoring call spends its time on, 2.7b
+  where     (not in the default) the GPU ops one PICASO-R scoring call spends its time on, 2.7b,
+            kernels + graphs and kernels eager
 Ways: "torch" is the path before the kernels and query graphs (pure torch, decode graphs on);
 "torch+graphs" adds the query graphs; "kernels" the kernels without query graphs; "kernels+graphs"
 is the default where the kernels are installed. Weights are random (the shapes of the released
@@ -40,8 +41,7 @@ from picaso_core.engine import decode, graphs, kernels, scan  # noqa: E402
 
 SHAPES = {"mamba2-130m": (768, 24), "mamba2-2.7b": (2560, 64)}  # (d_model, n_layer): config.json
 WAYS = {"torch": (False, False), "torch+graphs": (False, True), "kernels": (True, False), "kernels+graphs": (True, True),
-        "kernels+graphs, no addnorm": (True, True),  # the kernels but the fused residual add + RMSNorm
-        "kernels+graphs, short chunks": (True, True)}  # scan.KERNEL_SHORT_CHUNKS on
+        "kernels+graphs, no addnorm": (True, True)}  # the kernels but the fused residual add + RMSNorm
 
 
 def set_way(way: str) -> None:
@@ -49,7 +49,6 @@ def set_way(way: str) -> None:
     kernels.use_kernels(k, set(kernels.OPS) - {"addnorm"} if way.endswith("no addnorm") else None)
     graphs.ENABLED = g
     decode.CUDA_GRAPHS = True
-    scan.KERNEL_SHORT_CHUNKS = way.endswith("short chunks")
 
 
 def make_model(shape: str, dtype: torch.dtype) -> SSMLanguageModel:
@@ -158,7 +157,7 @@ def query(args) -> dict:
         ids = torch.randint(0, 50277, (8, 64), generator=g).cuda()
         fns = {}
         for way in WAYS:
-            if (way.startswith("kernels") and not kernels.installed()["ssd"]) or way.endswith("short chunks"):
+            if way.startswith("kernels") and not kernels.installed()["ssd"]:
                 continue
             fns[way] = (lambda w=way: (set_way(w), model.hidden_states(ids, states)))
         times = medians(interleaved(fns, args.repeats, warmup=3))
@@ -261,13 +260,6 @@ def where(args, model) -> dict:
         out[way] = [{"op": e.key[:90], "calls": e.count, "gpu_ms": e.self_device_time_total / 1e3} for e in rows]
         print(f"\n## One PICASO-R scoring call at the 2.7b shape, {way}: {profile(lambda: model.continuation_losses(q, c, [st]))}\n")
         print(table([[r["op"], r["calls"], f"{r['gpu_ms']:.2f}"] for r in out[way]], ["GPU op", "calls", "GPU ms (self)"]))
-    ways = ("kernels+graphs", "kernels+graphs, short chunks")
-    fns = {w: (lambda w=w: (set_way(w), model.continuation_losses(q, c, [st]))[1]) for w in ways}
-    out["short_chunks_ms"] = {w: 1e3 * v for w, v in medians(interleaved(fns, 10, warmup=3)).items()}
-    losses = {w: fn() for w, fn in fns.items()}
-    out["short_chunks_loss_diff"] = abs(losses[ways[0]][0] - losses[ways[1]][0])
-    set_way("kernels+graphs")
-    print(f"\nPICASO-R scoring call: {out['short_chunks_ms']} ms; |Δ loss| {out['short_chunks_loss_diff']:.1e}")
     return out
 
 

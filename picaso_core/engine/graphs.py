@@ -34,7 +34,7 @@ from collections import OrderedDict
 import torch
 from torch import Tensor
 
-from picaso_core.engine import kernels, scan
+from picaso_core.engine import kernels
 
 ENABLED = os.environ.get("PICASO_CUDA_GRAPHS", "1") != "0"
 BUCKETS = (16, 32, 64, 128)  # padded lengths; a forward of t tokens replays the smallest bucket >= t
@@ -140,7 +140,7 @@ def forward(model, ids: Tensor, st, lengths: Tensor | None):
     w = model.backbone.embedding.weight
     dtypes = (st.ssm.dtype, st.conv.dtype, st.log_decay.dtype)
     # moved or cast weights, or the kernels switched: new captures (a graph replays what it recorded)
-    in_key = (b, dtypes, w.data_ptr(), w.dtype, kernels.setting(), scan.KERNEL_SHORT_CHUNKS)
+    in_key = (b, dtypes, w.data_ptr(), w.dtype, kernels.setting())
     key = (*in_key, T)
     cache = cache_of(model)
     with cache.lock:

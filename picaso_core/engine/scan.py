@@ -197,19 +197,12 @@ def ssd_scan_ref(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_s
     return y, state, (dt * A).sum(1)
 
 
-# With the kernel, a sequence shorter than the model's chunk runs as one chunk of the next power of
-# two (>= 32) instead of the model's chunk (256 in the released models), most of it masked.
-KERNEL_SHORT_CHUNKS = False
-
-
 def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
              initial_state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Mamba-2 scan: mamba_ssm's Triton kernel on CUDA when installed (engine/kernels.py), else
     `ssd_scan_chunked`. Same arguments and returns."""
     fn = kernels.get("ssd", x)
     if fn is not None:
-        if KERNEL_SHORT_CHUNKS and x.shape[1] < chunk_size:  # one chunk: no longer than it needs to be
-            chunk_size = max(32, 1 << (x.shape[1] - 1).bit_length())
         # dt comes softplus'ed and masked (dt_softplus=False, no dt_bias), so padding is the same
         # no-op step; dt, A and the initial state go in float32 (the kernel reads them as float32,
         # a bfloat16 state would lose the composed state's mantissa). The kernel does not return
