@@ -35,6 +35,13 @@ WORKDIR /home/user/app
 COPY --chown=user requirements.txt .
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==2.13.0" \
  && pip install --no-cache-dir -r requirements.txt
+# GPU hardware: mamba-ssm's Triton kernels (the Mamba-2 scan, the decode update, the norms), built
+# from its source distribution with no CUDA compiler in ~10 s (docs/gpu.md says why each flag).
+RUN if [ "${PICASO_DEVICE}" = "cuda" ]; then \
+      pip install --no-cache-dir wheel packaging einops \
+   && MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE \
+      pip install --no-cache-dir --no-deps --no-build-isolation "mamba-ssm==2.3.2.post1"; \
+    fi
 
 USER user
 COPY --chown=user . .

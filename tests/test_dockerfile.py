@@ -100,3 +100,17 @@ def test_numba_cache_built_in_the_image_does_not_depend_on_the_builders_cpu():
     assert done.returncode == 0, done.stderr[-2000:]
     (triple, cpu, features), host = ast.literal_eval(done.stdout)
     assert (cpu, features) == ("generic", "") and host not in (cpu, features)
+
+
+def test_the_gpu_build_installs_the_triton_kernels_without_a_compiler():
+    """With PICASO_DEVICE=cuda the image installs mamba-ssm from source without its CUDA build
+    (MAMBA_SKIP_CUDA_BUILD), without fetching a prebuilt binary from GitHub (MAMBA_FORCE_BUILD), and
+    without its Mamba-3 dependencies (--no-deps, so einops is named); on CPU it installs nothing."""
+    (run,) = [rest for w, rest in instructions() if w == "RUN" and "mamba-ssm" in rest]
+    assert run.startswith('if [ "${PICASO_DEVICE}" = "cuda" ]; then')
+    for flag in ("MAMBA_SKIP_CUDA_BUILD=TRUE", "MAMBA_FORCE_BUILD=TRUE", "--no-deps", "--no-build-isolation", "einops"):
+        assert flag in run
+    pinned = re.search(r"mamba-ssm==([\w.]+)", run).group(1)
+    assert f"mamba-ssm=={pinned}" in (ROOT / "requirements-gpu.txt").read_text()  # one tested version
+    probe = subprocess.run(["sh", "-n", "-c", run], capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
