@@ -224,16 +224,6 @@ def shortfalls(report: dict) -> list[str]:
                        f"{k}: {g[k]:+.1f}% (" + (f"BP2C {g2[k]:+.1f}%, " if k in g2 else "") + f"base {gb[k]:+.1f}%)"
                        for k in over) + "**: BPTC narrows it at every k but does not close it where k is larger")
                       if over else f" and at every k shown") + ".")
-        under = [k for k, v in g.items() if v < -GAP_GOAL_PCT]
-        if under:  # "within 2%" is a bound on PICASO-R ABOVE Concat; below it by more is said, with Concat's own loss
-            lc, lcb = tuned["fig4"]["loss"]["concat"], base["fig4"]["loss"]["concat"]
-            ks_t, ks_b = tuned["fig4"]["ks"], base["fig4"]["ks"]
-            out.append(f"- PICASO-R is **below** Concat's loss by more than {GAP_GOAL_PCT:g}% at k = "
-                       + ", ".join(f"{k} ({g[k]:+.1f}%)" for k in under) + "; Concat's own loss there vs the base's: "
-                       + ", ".join(f"{lcb[ks_b.index(k)]:.3f} -> {lc[ks_t.index(k)]:.3f}" for k in under if k in ks_b)
-                       + "".join(f" (Concat above the base's at k = {', '.join(map(str, up))})" for up in
-                                 [[k for k in under if k in ks_b and lc[ks_t.index(k)] > lcb[ks_b.index(k)]]] if up)
-                       + ".")
     paired = (tuned.get("skills") or {}).get("vs_base") or {}
     if paired:
         lower = {k: v for k, v in paired.items() if v["diff"] < 0}
