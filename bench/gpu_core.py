@@ -19,7 +19,8 @@ Sections:
             kernels + graphs and kernels eager
 Ways: "torch" is the path before the kernels and query graphs (pure torch, decode graphs on);
 "torch+graphs" adds the query graphs; "kernels" the kernels without query graphs; "kernels+graphs"
-is the default where the kernels are installed. Weights are random (the shapes of the released
+is the default where the kernels are installed; "kernels+graphs, no addnorm" leaves out the fused
+residual add + RMSNorm. Weights are random (the shapes of the released
 checkpoints): speed does not depend on their values.
 """
 
