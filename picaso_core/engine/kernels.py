@@ -61,10 +61,6 @@ _SOURCES = {  # op -> (module, attribute)
 }
 PACKAGE = {"ssd": "mamba-ssm", "step": "mamba-ssm", "norm": "mamba-ssm", "addnorm": "mamba-ssm",
            "conv": "causal-conv1d", "conv_step": "causal-conv1d"}
-WHAT = {"ssd": "Mamba-2 prefill scan", "step": "decode state update", "norm": "gated RMSNorm",
-        "addnorm": "residual add + RMSNorm",
-        "conv": "prefill conv", "conv_step": "decode conv"}
-
 
 
 def _parse(value: str) -> tuple[bool, frozenset[str]]:
