@@ -1,13 +1,12 @@
 """CUDA graphs for the short forwards of the query path.
 
 On a GPU, a forward of a few dozen tokens is launch-bound: each layer is ~20-40 small kernels
-(the projections, the conv, the scan's pieces, the norms), so the 130m shape's 24 layers launch
-~1,100 kernels for a few milliseconds of GPU work, and the 2.7b shape's 64 layers three times
-that. The query path (Compose & compare's prefill of the query from every composed state, the
+(the projections, the conv, the scan's pieces, the norms): the 130m shape's forward of 8 x 64
+tokens launched 2,227 kernels for 8 ms of GPU work and took 49 ms on an H100 (docs/gpu.md). The query path (Compose & compare's prefill of the query from every composed state, the
 scoring of the continuation, the attribution ablations) is made of such forwards.
 
 Here a forward of t <= max(BUCKETS) tokens for b <= MAX_ROWS rows is captured once per
-(model, b, bucket, dtypes) as one CUDA graph, then replayed: the ids are right-padded to the
+(model, b, bucket, dtypes, kernel setting) as one CUDA graph, then replayed: the ids are right-padded to the
 bucket and the padding masked exactly as `encode_contexts` masks a shorter row of a batch (dt = 0:
 decay 1, nothing written; the conv window gathered at each row's own length), so a replay gives
 the eager forward's hidden states for the t real positions and its states.
@@ -21,8 +20,9 @@ the eager forward's hidden states for the t real positions and its states.
 
 Used only on CUDA, without autograd (training runs eagerly), and when ENABLED
 (environment PICASO_CUDA_GRAPHS=0 turns this and the decode graphs off). Longer forwards
-(encoding contexts, Concat's read of every context) run eagerly: their kernels are large enough
-to hide the launches.
+(encoding contexts, Concat's read of every context) run eagerly, as each captured length would hold
+its own activations; they are launch-bound too (Concat's read of 9 contexts at the 2.7b shape: about
+108 ms on an H100), which larger buckets could still take.
 """
 
 from __future__ import annotations
