@@ -156,28 +156,38 @@ def test_bucket_and_padding():
     assert graphs.bucket(129) is None
     with pytest.raises(ValueError):
         graphs.bucket(0)
+    m = tiny_model("Mamba2")
+    st = m._batched_state(m.encode_context([1, 2, 3, 4]), 2)
+    inputs = graphs._Inputs(m, 2, st.ssm, st.conv, st.log_decay)  # what every graph of 2 rows reads
     ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
-    padded, lengths = graphs.pad_to(ids, None, 16)
+    inputs.ids.fill_(99)  # a longer forward's ids left in the buffer
+    inputs.load(ids, None, st.ssm, st.conv, st.log_decay)
+    padded = inputs.ids[:, :graphs.bucket(3)]
     assert padded.shape == (2, 16) and padded[:, 3:].eq(0).all() and padded[:, :3].equal(ids)
-    assert lengths.tolist() == [3, 3]
+    assert inputs.lengths.tolist() == [3, 3] and torch.equal(inputs.ssm, st.ssm)
+    inputs.load(ids, torch.tensor([2, 3]), st.ssm, st.conv, st.log_decay)
+    assert inputs.lengths.tolist() == [2, 3]
     with pytest.raises(ValueError):
-        graphs.pad_to(ids, None, 2)
+        inputs.load(torch.zeros(2, max(graphs.BUCKETS) + 1, dtype=torch.long), None, st.ssm, st.conv, st.log_decay)
 
 
 @pytest.mark.parametrize("family", ["Mamba2", "Mamba1"])
 def test_padded_forward_equals_plain_forward(family):
-    """What a graph replays: the ids right-padded to the bucket with each row's length masked. Its
+    """What a graph replays: its static inputs loaded (the ids right-padded to the bucket, each row's
+    length masked) and passed as `_Graph` passes them. Its
     hidden states on the real positions and its states equal the unpadded forward's, from states
     holding different contexts, for a length inside each bucket and one filling it."""
     m = tiny_model(family)
     g = torch.Generator().manual_seed(3)
     states = [m.encode_context(torch.randint(0, TINY_VOCAB, (n,), generator=g)) for n in (5, 23, 9)]
     st = m._batched_state(type(states[0]).stack(states), 3)
+    inputs = graphs._Inputs(m, 3, st.ssm, st.conv, st.log_decay)
     for t in (1, 7, 16, 40, 64):
         ids = torch.randint(0, TINY_VOCAB, (3, t), generator=g)
         plain = m._hidden_core(ids, st.ssm, st.conv, st.log_decay, None)
-        padded, lengths = graphs.pad_to(ids, None, graphs.bucket(t))
-        got = m._hidden_core(padded, st.ssm, st.conv, st.log_decay, lengths)
+        inputs.load(ids, None, st.ssm, st.conv, st.log_decay)  # then the arguments a graph records
+        got = m._hidden_core(inputs.ids[:, :graphs.bucket(t)], inputs.ssm, inputs.conv, inputs.log_decay,
+                             inputs.lengths)
         torch.testing.assert_close(got[0][:, :t], plain[0], rtol=1e-5, atol=1e-5)
         for a, b in zip(got[1:], plain[1:]):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

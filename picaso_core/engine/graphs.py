@@ -49,19 +49,6 @@ def bucket(t: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
     return next((bk for bk in sorted(buckets) if bk >= t), None)
 
 
-def pad_to(ids: Tensor, lengths: Tensor | None, T: int) -> tuple[Tensor, Tensor]:
-    """ids [b, t] right-padded with token 0 to [b, T], and each row's valid length (t for all rows
-    when `lengths` is None): the inputs of a bucket's forward."""
-    b, t = ids.shape
-    if T < t:
-        raise ValueError(f"cannot pad {t} tokens into a bucket of {T}")
-    out = ids.new_zeros(b, T)
-    out[:, :t] = ids
-    if lengths is None:
-        lengths = torch.full((b,), t, dtype=torch.long, device=ids.device)
-    return out, lengths.to(ids.device, torch.long)
-
-
 class _Inputs:
     """The static input buffers shared by one model's graphs of b rows and given state dtypes."""
 
@@ -74,7 +61,11 @@ class _Inputs:
         self.log_decay = torch.zeros(b, *log_decay.shape[1:], dtype=log_decay.dtype, device=dev)
 
     def load(self, ids: Tensor, lengths: Tensor | None, ssm: Tensor, conv: Tensor, log_decay: Tensor) -> None:
+        """Copy a forward's inputs in: ids [b, t] right-padded with token 0, each row's valid length
+        (t for every row when `lengths` is None), the batched state."""
         t = ids.shape[1]
+        if t > self.ids.shape[1]:
+            raise ValueError(f"cannot pad {t} tokens into a bucket of {self.ids.shape[1]}")
         self.ids[:, :t].copy_(ids)
         self.ids[:, t:].zero_()
         if lengths is None:

@@ -186,7 +186,7 @@ def active(device: torch.device | str, family: str = "Mamba2") -> dict[str, bool
 
 def describe(device: torch.device | str, family: str = "Mamba2") -> str:
     """One line naming the path a model of `family` runs on `device`, e.g.
-    'kernels: ssd, step, norm (mamba-ssm); pure torch: conv, conv_step (causal-conv1d not installed)'."""
+    'kernels: ssd, step, norm, addnorm; pure torch: conv, conv_step (causal-conv1d not installed)'."""
     dev = torch.device(device)
     if dev.type != "cuda":
         return f"pure torch ({dev.type}: the kernels are CUDA-only)"
