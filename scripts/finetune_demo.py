@@ -84,7 +84,8 @@ def config_for(name: str, args) -> FT.FinetuneConfig:
     objective, data = RUNS[name]
     steps = args.steps if data == "retrieval" else args.qa_steps
     return FT.FinetuneConfig(objective="bptc" if objective == "concat" else objective, data=data, k_max=args.k_max, k_min=args.k_min, epochs=args.epochs, max_steps=steps,
-                             batch_size=args.batch, grad_accum=args.grad_accum, lm_share=args.lm_share, lr=args.lr,
+                             batch_size=args.batch, grad_accum=args.grad_accum, lm_share=args.lm_share,
+                             concat_share=args.concat_share, lr=args.lr,
                              warmup=args.warmup, seed=args.seed, save_every=args.save_every)
 
 
@@ -148,6 +149,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--lm-share", type=float, default=0.5, help="0.25 (2 of 8) lowered skill accuracy at k = 1, 4 "
                    "(-5.9, -7.3 points, paired sign test p < 0.05 on all 158 held-out items)")
+    p.add_argument("--concat-share", type=float, default=0.0, help="share of each step's composition examples read as "
+                   "Concat (contexts and query as one sequence), which holds Concat in place")
     p.add_argument("--lr", type=float, default=2.5e-4, help="5e-4 closed the gap as well but raised the LM loss 3.3%%")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--k-max", type=int, default=10)

@@ -206,3 +206,57 @@ def test_k_is_drawn_from_k_min_to_k_max_per_micro_batch():
                 assert ctx == ex[q[0] - 1].contexts[:len(batch[0][2])][::-1]
             seen.append(len(batch[0][2]))
         assert set(seen) == set(range(k_min, k_max + 1))
+
+
+def test_concat_share_reads_the_last_examples_of_a_batch_as_one_token_sequence():
+    """micro_batch with concat_share: the same examples and k as without it; the last n_concat of them carry
+    their k contexts (most relevant last) and the query as one sequence and no context to compose."""
+    ex = [FT.Example([1000 + i], [2000 + i], [[100 * i + j, 100 * i + j] for j in range(6)]) for i in range(24)]
+    plain = FT.FinetuneConfig(k_min=2, k_max=6, batch_size=8, lm_share=0.0)
+    mixed = FT.FinetuneConfig(k_min=2, k_max=6, batch_size=8, lm_share=0.0, concat_share=0.25)
+    assert FT.n_concat(mixed) == 2 and FT.n_concat(plain) == 0
+    for i in range(10):
+        want, _ = FT.micro_batch(plain, ex, [], i)
+        got, _ = FT.micro_batch(mixed, ex, [], i)
+        assert got[:6] == want[:6]
+        for (q, c, ctx), (wq, wc, wctx) in zip(got[6:], want[6:]):
+            e = ex[wq[0] - 1000]
+            k = len(wctx)
+            assert ctx == [] and c == wc and k >= 2
+            expect = []
+            for j in reversed(range(k)):  # the k most relevant, the most relevant last, then the query
+                expect += e.contexts[j]
+            assert q == expect + e.query
+    with pytest.raises(ValueError, match="concat_share"):
+        FT.FinetuneConfig(concat_share=1.0).check()
+    with pytest.raises(ValueError, match="none composed"):
+        FT.FinetuneConfig(batch_size=4, lm_share=0.5, concat_share=0.9).check()
+
+
+def test_a_concat_example_is_scored_as_the_engine_reads_concat():
+    """CompositionObjective on a batch mixing composed and Concat examples: the mean CE over all of them, each
+    Concat example's CE equal to the engine's continuation loss from the state of its contexts concatenated
+    most relevant last (an Example lists them most relevant first)."""
+    from picaso_core.compose import compose
+
+    model = tiny_model("Mamba2", seed=9, tie_embeddings=False)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30)
+    ex = _examples(4, seed=5)
+    cfg = FT.FinetuneConfig(data="qa", batch_size=4, lm_share=0.0, concat_share=0.25)
+    batch, _ = FT.micro_batch(cfg, ex, [], 0)
+    assert [len(b[2]) > 0 for b in batch] == [True, True, True, False]
+    order = FT._epoch_order(0, 0, len(ex))
+    with torch.no_grad():
+        loss, stats = FT.CompositionObjective(model, "bptc")(batch)
+        composed = [model.continuation_loss(ex[j].query, ex[j].continuation,
+                                            compose("picaso_r", [model.encode_context(c) for c in ex[j].contexts]))
+                    for j in order[:3]]
+        concat = model.continuation_loss(ex[order[3]].query, ex[order[3]].continuation,
+                                         model.encode_context([t for c in ex[order[3]].contexts[::-1] for t in c]))
+    # batched padded forwards against one per example, and one forward over contexts + query against a state
+    # handed on: float32 rounding of losses near 50 nats (about 1e-4 relative)
+    assert stats["composition_loss"] == pytest.approx(sum(composed) / 3, rel=5e-4)
+    assert stats["concat_loss"] == pytest.approx(concat, rel=5e-4)
+    assert float(loss) == pytest.approx((sum(composed) + concat) / 4, rel=5e-4)  # each example weighs the same
+    assert abs(sum(composed) / 3 - concat) > 1e-3  # so a mean of the two means would fail

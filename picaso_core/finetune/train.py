@@ -70,6 +70,7 @@ class FinetuneConfig:
     batch_size: int = 8  # examples per micro-batch (composition examples + LM documents)
     grad_accum: int = 1  # micro-batches per optimizer step
     lm_share: float = 0.25  # share of each micro-batch that is plain LM documents of the base mix
+    concat_share: float = 0.0  # share of the composition examples read as Concat instead (`micro_batch`)
     lm_mix: str = "v4"  # demo_world.MIXES preset of those documents (the bundled model's)
     lm_max_tokens: int = 512  # longer LM documents are skipped (the base model's row length)
     lr: float = 3e-4
@@ -100,9 +101,15 @@ class FinetuneConfig:
         if not 0 <= self.lm_share < 1:
             raise ValueError(f"lm_share = {self.lm_share} must be in [0, 1): it is the share of plain LM "
                              "documents in each batch")
+        if not 0 <= self.concat_share < 1:
+            raise ValueError(f"concat_share = {self.concat_share} must be in [0, 1): it is the share of each "
+                             "batch's composition examples read as Concat")
         if self.batch_size < 1 or self.grad_accum < 1 or n_lm(self) >= self.batch_size:
             raise ValueError(f"batch_size {self.batch_size} with lm_share {self.lm_share} leaves no composition "
                              "example: raise batch_size or lower lm_share")
+        if n_concat(self) >= self.batch_size - n_lm(self):
+            raise ValueError(f"concat_share {self.concat_share} reads all {self.batch_size - n_lm(self)} composition "
+                             "examples of a batch as Concat, leaving none composed: lower concat_share")
         if self.max_steps is not None and self.max_steps < 1 or self.epochs <= 0:
             raise ValueError("max_steps must be >= 1 (or None) and epochs > 0")
         if self.mixed_precision not in PRECISIONS:
@@ -112,6 +119,11 @@ class FinetuneConfig:
 def n_lm(cfg: FinetuneConfig) -> int:
     """LM documents per micro-batch."""
     return round(cfg.lm_share * cfg.batch_size)
+
+
+def n_concat(cfg: FinetuneConfig) -> int:
+    """Composition examples per micro-batch read as Concat (the rest are composed)."""
+    return round(cfg.concat_share * (cfg.batch_size - n_lm(cfg)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,7 +194,10 @@ def micro_batch(cfg: FinetuneConfig, examples: Sequence[Example], lm_docs: Seque
     `index` (= step * grad_accum + j): a pure function of (cfg.seed, index), so resuming replays it.
 
     Examples run through one seeded permutation per epoch; k ~ U{k_min..k_max} per micro-batch
-    (retrieval) or every passage (QA). Returns (list of (query, continuation, contexts most
+    (retrieval) or every passage (QA). The last `n_concat(cfg)` examples are read as Concat: their
+    k contexts (most relevant last) and query as one token sequence, with no context to compose, so
+    the model is trained on both readings of the same data and its Concat does not drift while
+    BPTC moves it toward composed states. Returns (list of (query, continuation, contexts most
     relevant LAST)), list of LM documents."""
     n_c, n_d = cfg.batch_size - n_lm(cfg), n_lm(cfg)
     picked = []
@@ -191,6 +206,9 @@ def micro_batch(cfg: FinetuneConfig, examples: Sequence[Example], lm_docs: Seque
         picked.append(examples[_epoch_order(cfg.seed, epoch, len(examples))[j]])
     k = random.Random(f"{cfg.seed}-k-{index}").randint(cfg.k_min, cfg.k_max) if cfg.data == "retrieval" else None
     batch = [(e.query, e.continuation, list(e.contexts if k is None else e.contexts[:k])[::-1]) for e in picked]
+    for i in range(n_c - n_concat(cfg), n_c):
+        q, c, ctx = batch[i]
+        batch[i] = ([t for x in ctx for t in x] + list(q), c, [])
     docs = [lm_docs[(index * n_d + i) % len(lm_docs)] for i in range(n_d)] if n_d and lm_docs else []
     return batch, docs
 
@@ -254,7 +272,9 @@ def lm_nll(model, docs: Sequence[Sequence[int]]) -> torch.Tensor:
 class CompositionObjective(nn.Module):
     """The loss of one micro-batch as a module, so that accelerate's wrappers (DDP, autocast) see a
     `forward`. Loss = (n_c · mean_i CE_i + n_d · LM) / (n_c + n_d) with n_c composition examples
-    and n_d LM documents."""
+    and n_d LM documents. An example without contexts is read from the empty state (Concat examples
+    carry their contexts in the query); those rows run in their own forward, so that the short
+    composed rows are not padded to their length."""
 
     def __init__(self, model, objective: str = "bptc", method: str = "picaso_r"):
         super().__init__()
@@ -266,11 +286,21 @@ class CompositionObjective(nn.Module):
         stats = {}
         terms, weights = [], []
         if batch:
-            state = composed_states(self.model, contexts, self.method, grad=self.objective == "bptc")
-            ce = continuation_nll(self.model, queries, conts, state).mean()
+            composed = [i for i, c in enumerate(contexts) if any(len(x) for x in c)]
+            plain = [i for i, c in enumerate(contexts) if not any(len(x) for x in c)]
+            ces = []
+            if composed:
+                state = composed_states(self.model, [contexts[i] for i in composed], self.method,
+                                        grad=self.objective == "bptc")
+                ces.append(continuation_nll(self.model, [queries[i] for i in composed], [conts[i] for i in composed], state))
+            if plain:
+                ces.append(continuation_nll(self.model, [queries[i] for i in plain], [conts[i] for i in plain], None))
+            ce = torch.cat(ces).mean()
             terms.append(ce)
             weights.append(len(batch))
-            stats["composition_loss"] = float(ce.detach())
+            stats["composition_loss"] = float((ces[0] if composed else ce).detach().mean())
+            if composed and plain:
+                stats["concat_loss"] = float(ces[1].detach().mean())
         if docs:
             lm = lm_nll(self.model, docs)
             terms.append(lm)
