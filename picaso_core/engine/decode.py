@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from picaso_core.engine import kernels
+from picaso_core.engine.graphs import capture
 from picaso_core.engine.losses import token_nll
 from picaso_core.engine.scan import upcast
 from picaso_core.engine.state import ContextState, layer_major
@@ -72,19 +73,11 @@ class _GraphStep:
     """`model._step_` for b rows captured as one CUDA graph on static ids and state buffers."""
 
     def __init__(self, model, st: ContextState):
-        dev = model.device
-        self.ids = torch.zeros(st.batch_size, dtype=torch.long, device=dev)
+        self.ids = torch.zeros(st.batch_size, dtype=torch.long, device=model.device)
         self.bufs = list(layer_major(st))  # static: `load` copies each call's state into them
-        side = torch.cuda.Stream(device=dev)  # warm-up off the capture (cuBLAS handles, Triton autotune)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            scratch = [t.clone() for t in self.bufs]
-            for _ in range(2):
-                model._step_(self.ids, *scratch)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):  # records the kernels, runs nothing
-            self.logits = model._step_(self.ids, *self.bufs)
+        scratch = [t.clone() for t in self.bufs]  # the warm-up steps update their state in place
+        self.graph, self.logits = capture(model.device, model._step_, self.ids, *self.bufs,
+                                          warmup_args=(self.ids, *scratch))
 
     def load(self, st: ContextState) -> "_GraphStep":
         for buf, t in zip(self.bufs, (st.ssm, st.conv, st.log_decay)):

@@ -77,22 +77,29 @@ class _Inputs:
         self.log_decay.copy_(log_decay)
 
 
+def capture(device, fn, *args, warmup_args: tuple | None = None):
+    """Record `fn(*args)` as one CUDA graph; returns (graph, its outputs: static tensors each replay
+    overwrites). fn runs twice first on a side stream (on `warmup_args` where given, e.g. scratch copies
+    of buffers fn updates in place), so that cuBLAS handles and Triton autotuning happen off the capture.
+    thread_local: other threads' GPU work goes on during the capture (the app serves several handlers)."""
+    side = torch.cuda.Stream(device=device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn(*(args if warmup_args is None else warmup_args))
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # records, runs nothing
+        out = fn(*args)
+    return graph, out
+
+
 class _Graph:
     """`model._hidden_core` on a bucket of T positions over `inputs`, captured as one CUDA graph."""
 
     def __init__(self, model, inputs: _Inputs, T: int):
-        dev = model.device
         args = (inputs.ids[:, :T], inputs.ssm, inputs.conv, inputs.log_decay, inputs.lengths)
-        side = torch.cuda.Stream(device=dev)  # warm-up off the capture: cuBLAS handles, Triton autotune
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                model._hidden_core(*args)
-        torch.cuda.current_stream(dev).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        # thread_local: other handlers' GPU work in other threads goes on during the capture
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):  # records, runs nothing
-            self.out = model._hidden_core(*args)
+        self.graph, self.out = capture(model.device, model._hidden_core, *args)
 
     def replay(self, t: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         self.graph.replay()
