@@ -5,6 +5,8 @@
     python scripts/finetune_demo.py --only eval      # evaluate the runs in --work, write the card
     python scripts/finetune_demo.py --steps 20 --work /tmp/ft --no-ship              # a quick try
     python scripts/finetune_demo.py --only card      # rewrite the card from the shipped finetune_eval.json
+    python scripts/finetune_demo.py --only validate --work runs/a   # fig. 4 gaps of a run on held-out samples
+                                                     # 40-119 (not the report's 40), to choose among runs
 
 Runs (PICASO sec. 6.3.2, table 1 rows 2-5), each a folder under --work in the bundled layout:
     bptc-retrieval, bp2c-retrieval   retrieval data: a fresh train-split demo world of --samples
@@ -83,7 +85,8 @@ def config_for(name: str, args) -> FT.FinetuneConfig:
     examples per step), the shipped runs' counts."""
     objective, data = RUNS[name]
     steps = args.steps if data == "retrieval" else args.qa_steps
-    return FT.FinetuneConfig(objective="bptc" if objective == "concat" else objective, data=data, k_max=args.k_max, k_min=args.k_min, epochs=args.epochs, max_steps=steps,
+    return FT.FinetuneConfig(objective="bptc" if objective == "concat" else objective, data=data, k_max=args.k_max,
+                             k_min=args.k_min, epochs=args.epochs, max_steps=steps,
                              batch_size=args.batch, grad_accum=args.grad_accum, lm_share=args.lm_share,
                              concat_share=args.concat_share, lr=args.lr,
                              warmup=args.warmup, seed=args.seed, save_every=args.save_every)
@@ -115,6 +118,28 @@ def run_one(name: str, args) -> dict:
     return log
 
 
+def validate(args) -> dict:
+    """fig. 4's gap per k (PICASO-R above Concat, % ± SE) of the base, the shipped model and every trained
+    run in --work, on held-out samples val_first .. val_first + val_samples (no skills): the figures to choose
+    a run by, on samples the report (the first 40) does not use."""
+    from picaso_core.finetune import evaluate as FE
+
+    models = {"base": args.base, "shipped": str(SHIP_DIR),
+              **{n: str(Path(args.work) / n) for n in RUNS if (Path(args.work) / n / "model.safetensors").is_file()}}
+    out = {}
+    for name, where in models.items():
+        folder = Path(args.work) / f"val-{args.val_first}-{args.val_samples}" / (name if name in RUNS else f"_{name}")
+        cached = folder / "result.json"
+        row = json.loads(cached.read_text()) if cached.is_file() else FE.evaluate_model(
+            load_model(where), folder, args.val_samples, skills=False, progress=False, first=args.val_first)
+        g, f = row["fig4_gap"], row["fig4"]
+        out[name] = {"ks": g["ks"], "gap_pct": g["gap_pct"], "gap_se_pct": g["gap_se_pct"],
+                     "concat": f["loss"]["concat"], "picaso_r": f["loss"]["picaso_r"], "lm_loss": row["lm_loss"]}
+        print(f"{name:16s} " + " ".join(f"k{k}:{p:+.1f}±{s:.1f}" for k, p, s in zip(g["ks"], g["gap_pct"], g["gap_se_pct"])
+                                        if k >= 2) + f"  lm {row['lm_loss']:.4f}", flush=True)
+    return out
+
+
 def training_flags(argv) -> str:
     """The flags of this call that change what is trained (not --only, --threads, --objective, --data)."""
     out, skip = [], False
@@ -132,7 +157,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", default="demo", help="the model fine-tuned ('demo': the bundled one)")
     p.add_argument("--work", default="runs/finetune", help="run folders, data and evaluation records")
-    p.add_argument("--only", choices=("train", "eval", "all", "card"), default="all",
+    p.add_argument("--only", choices=("train", "eval", "all", "card", "validate"), default="all",
                    help="card: rewrite assets/demo_model_bptc/README.md from its finetune_eval.json (and speed.json)")
     p.add_argument("--objective", choices=FT.OBJECTIVES + ("concat",), default=None,
                    help="with --only train: this objective only; 'concat': the QA control run (concat-qa)")
@@ -159,6 +184,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-every", type=int, default=25)
     p.add_argument("--eval-samples", type=int, default=40, help="held-out samples per evaluation")
+    p.add_argument("--val-first", type=int, default=40, help="validate: the first held-out sample (the report uses 0-39)")
+    p.add_argument("--val-samples", type=int, default=80, help="validate: how many held-out samples")
     p.add_argument("--carry", default=None, help="with eval: an earlier finetune_eval.json whose rows stand in for "
                    "runs not trained in --work (marked carried; same config gives the same row)")
     p.add_argument("--threads", type=int, default=0)
@@ -180,6 +207,9 @@ def main(argv=None) -> None:
         FE.write_card(SHIP_DIR, report, report.get("command") if not flags and report.get("command")
                       else "python scripts/finetune_demo.py" + flags)
         print(f"wrote {SHIP_DIR / 'README.md'}")
+        return
+    if args.only == "validate":
+        validate(args)
         return
     if args.only in ("train", "all"):
         for name, (obj, data) in RUNS.items():

@@ -132,3 +132,19 @@ def test_a_carried_row_stands_in_for_a_run_without_a_folder(report, tmp_path):
     assert row["skills"]["vs_base"] == report["models"]["bptc-qa"]["skills"]["vs_base"]
     with pytest.raises(ValueError, match="eval-samples"):
         evaluate_runs("demo", runs, tmp_path / "eval", samples=7, carry=report)
+
+
+def test_a_validation_slice_evaluates_other_held_out_samples_than_the_report(tmp_path):
+    """evaluate_model(first=...): the sweeps read test samples first .. first + samples only (the report's 40
+    stay unseen when choosing among runs); a slice past the split is refused before any model runs."""
+    from picaso_core.data import load_corpus
+    from picaso_core.engine.loading import load_model
+    from picaso_core.finetune.evaluate import evaluate_model
+
+    test, qa = load_corpus("demo", "test"), load_corpus("demo", "test", kind="qa")
+    with pytest.raises(ValueError, match="first = 200"):
+        evaluate_model(None, tmp_path / "x", samples=1, first=200, progress=False)
+    row = evaluate_model(load_model("demo"), tmp_path, samples=2, skills=False, ks=(0, 2), progress=False, first=45)
+    seen = {json.loads(line)["sample_id"] for line in (tmp_path / "records.jsonl").read_text().splitlines()}
+    assert seen == {s.sample_id for s in test.samples[45:47] + qa.samples[45:47]}
+    assert row["first"] == 45 and row["fig4_gap"]["n"] == [2, 2]

@@ -223,7 +223,7 @@ def shortfalls(report: dict) -> list[str]:
                    + (("; **still open at k = " + ", ".join(
                        f"{k}: {g[k]:+.1f}% (" + (f"BP2C {g2[k]:+.1f}%, " if k in g2 else "") + f"base {gb[k]:+.1f}%)"
                        for k in over) + "**: BPTC narrows it at every k but does not close it where k is larger")
-                      if over else f" and at every k shown") + ".")
+                      if over else " and at every k shown") + ".")
     paired = (tuned.get("skills") or {}).get("vs_base") or {}
     if paired:
         lower = {k: v for k, v in paired.items() if v["diff"] < 0}

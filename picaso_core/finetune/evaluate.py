@@ -144,28 +144,34 @@ def paired_gaps(records, sample_ids: Sequence[str], ks: Sequence[int], retriever
 
 
 def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True, skill_items: int | None = None,
-                   ks: Sequence[int] = FIG4_KS, progress: bool = True) -> dict:
-    """fig. 4 curves, table 1 row, table 2 row and the PICASO-R vs Concat gap of one model."""
+                   ks: Sequence[int] = FIG4_KS, progress: bool = True, first: int = 0) -> dict:
+    """fig. 4 curves, table 1 row, table 2 row and the PICASO-R vs Concat gap of one model, on held-out
+    samples first .. first + samples of the test split. The report uses the first 40; a later slice
+    (e.g. first=40, samples=80) is a validation set for choosing among runs without looking at them."""
     from picaso_core.data import DEMO_DATA_DIR, load_corpus
     from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     retrieval, qa = load_corpus("demo", "test"), load_corpus("demo", "test", kind="qa")
+    if not 0 <= first < min(len(retrieval.samples), len(qa.samples)):
+        raise ValueError(f"first = {first}: the test split has {len(retrieval.samples)} retrieval and "
+                         f"{len(qa.samples)} QA samples")
+    held, held_qa = retrieval.samples[first:first + samples], qa.samples[first:first + samples]
     database = {**retrieval.database, **qa.database}
     retriever = Retriever.cached(database, SentenceEmbedder(), None,
                                  seeds=[DEMO_DATA_DIR / "test_database.all-MiniLM-L6-v2.safetensors"])
     ranker = R.EmbeddingRanker(retriever, "minilm")
     log = sweep.RecordLog(out_dir / "records.jsonl")
     source = model_source(model, database)
-    main_ids = [s.sample_id for s in retrieval.samples[:samples]]
+    main_ids = [s.sample_id for s in held]
     bar = tqdm_progress("fig. 4 sweep", "step") if progress else None
-    sweep.run_sweep(model, retrieval.samples[:samples], ranker, source, list(ks), log, FIG4_METHODS, "fig4", bar)
+    sweep.run_sweep(model, held, ranker, source, list(ks), log, FIG4_METHODS, "fig4", bar)
     bar = tqdm_progress("table 1 (QA, all passages)", "step") if progress else None
-    sweep.run_sweep(model, qa.samples[:samples], ranker, source, [None], log, TABLE1_METHODS, "qa", bar)
+    sweep.run_sweep(model, held_qa, ranker, source, [None], log, TABLE1_METHODS, "qa", bar)
     records = list(log.records.values())
     curve = S.curves(records, main_ids, "minilm", ks)
-    qa_keys = {(s.sample_id, len(s.contexts)) for s in qa.samples[:samples]}
+    qa_keys = {(s.sample_id, len(s.contexts)) for s in held_qa}
     table1 = {m: row["loss"] for m, row in S.method_table(records, qa_keys).items()}
     i = curve["ks"].index(GAP_K) if GAP_K in curve["ks"] else None
     gap = None
@@ -174,8 +180,8 @@ def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True,
         gap = {"k": GAP_K, "picaso_r": lr_, "concat": lc, "none": curve["loss"]["none"][i],
                "gap_pct": round(100 * (lr_ - lc) / lc, 2)}
     row = {"fig4": curve, "fig4_gap": paired_gaps(records, main_ids, ks), "table1": table1, "gap": gap,
-           "n_samples": samples,
-           "gap_own": own_candidates_gap(model, retrieval.samples[:samples]),
+           "n_samples": samples, "first": first,
+           "gap_own": own_candidates_gap(model, held),
            "lm_loss": round(passage_lm_loss(model, list(retrieval.database.values())[:200]), 5)}
     if skills:
         row["skills"] = skill_row(model, skill_items)  # all 158 held-out items x 4 k: ~10 s on a CPU
