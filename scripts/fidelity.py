@@ -244,6 +244,7 @@ def picaso() -> list[Claim]:
 def finetune() -> list[Claim]:
     f = load("finetune")
     models = need(f, "models", file="finetune")
+    cmd = f.get("command") or CMD["finetune"]  # the command the shipped run was made with
 
     def pick(obj: str, data: str) -> str | None:   # e.g. 'bptc-retrieval'
         return next((k for k in models if k.startswith(obj) and k.endswith(data)), None)
@@ -269,13 +270,13 @@ def finetune() -> list[Claim]:
         f"PICASO-R over Concat after BPTC: {fmt(gaps[tc])}",
         "yes" if worst <= 2 else "partly" if shrank else "no",
         "within 2% at every k from 3 on" if worst <= 2 else f"the gap narrows from the base's "
-        f"{fmt({k: gaps['base'][k] for k in far})} but is {worst:+.1f}% at its widest (k 3-10)", CMD["finetune"]))
+        f"{fmt({k: gaps['base'][k] for k in far})} but is {worst:+.1f}% at its widest (k 3-10)", cmd))
     ok = all(gaps[pc][k] <= gaps["base"][k] + 0.1 for k in gaps[pc])
     behind = sum(gaps[pc][k] >= gaps[tc][k] for k in gaps[pc] if k >= 2)
     out.append(Claim(
         "BP2C improves PICASO-R too, a little behind BPTC (fig. 4 right)", "narrower gap, behind BPTC",
         f"after BP2C: {fmt(gaps[pc])}", "yes" if ok and behind >= len([k for k in gaps[pc] if k >= 2]) - 1 else "partly",
-        f"behind BPTC at {behind} of {len([k for k in gaps[pc] if k >= 2])} k from 2", CMD["finetune"]))
+        f"behind BPTC at {behind} of {len([k for k in gaps[pc] if k >= 2])} k from 2", cmd))
 
     def col(name: str) -> list[float]:   # table 1's row of a model, in TABLE1_COLS order
         return [need(models, name, "table1", m, file="finetune") for m in TABLE1_COLS]
@@ -299,7 +300,7 @@ def finetune() -> list[Claim]:
                 why = (f"Concat {b1[c]:.3f} -> {t[c]:.3f} (the paper 1.42 -> {PICASO_TABLE1[prow][1]:.2f}), "
                        f"PICASO-R {b1[p]:.3f} -> {t[p]:.3f}")
             out.append(Claim(f"{claim} ({obj.upper()})", " / ".join(f"{v:.2f}" for v in PICASO_TABLE1[prow]),
-                             " / ".join(f"{v:.3f}" for v in t), verdict, why, CMD["finetune"]))
+                             " / ".join(f"{v:.3f}" for v in t), verdict, why, cmd))
     lm_b = need(base, "lm_loss", file="finetune")
     lm_t = need(models, tc, "lm_loss", file="finetune")
     vs = need(models, tc, "skills", "vs_base", file="finetune")
@@ -310,7 +311,7 @@ def finetune() -> list[Claim]:
         "unchanged within ± 1-2 points", f"BPTC: LM loss {rise:+.1f}%, skills at k "
         + ", ".join(f"{k} {100 * v['diff']:+.1f} pt (sign test p {v['p_sign']:.2f})" for k, v in vs.items()),
         "yes" if rise <= 3 and not worse else "no", "ours: held-out LM loss and the 10 skills of the State Soup "
-        "library, paired with the base" + (f"; lower beyond noise at k {', '.join(worse)}" if worse else ""), CMD["finetune"]))
+        "library, paired with the base" + (f"; lower beyond noise at k {', '.join(worse)}" if worse else ""), cmd))
     return out
 
 
