@@ -38,7 +38,7 @@ $PY -c "from picaso_core.engine import kernels; print('installed:', kernels.inst
 # 3. the GPU tests (MAMBA_DETERMINISTIC=1: one autotuning config per Triton kernel, to spare the
 #    compile time; the numerics are the same kernels')
 stamp "tests"
-MAMBA_DETERMINISTIC=1 timeout ${TEST_TIMEOUT:-240} $PY -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py -rA 2>&1 \
+MAMBA_DETERMINISTIC=1 timeout ${TEST_TIMEOUT:-240} $PY -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py tests/test_triton_step.py -rA 2>&1 \
   | tee "$OUT/pytest.log" | grep -E "passed|failed|PASSED|FAILED|ERROR|Error|assert" | head -80
 
 # 4. the side-by-side benchmark (production autotuning)

@@ -10,6 +10,11 @@
                 RMSNorm in one pass, as mamba_ssm's fused_add_norm)
     conv        causal_conv1d_fn (prefill conv, carried window) causal-conv1d   CUDA build
     conv_step   causal_conv1d_update (decode conv)             causal-conv1d    CUDA build
+    dt_step     the decode step's softplus(dt + dt_bias), A    triton (torch's  none
+                and log-decay accumulation in one launch       CUDA wheels)
+                (engine/triton_step.py, Mamba-2)
+    conv_roll   the decode conv in one launch where            triton           none
+                causal-conv1d is absent (engine/triton_step.py)
 
 Mamba-1's prefill scan (mamba_ssm's selective_scan_cuda) exists only as a CUDA build and is not
 used: Mamba-1 prefill stays the pure-torch prefix scan.
@@ -50,7 +55,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-OPS = ("ssd", "step", "norm", "addnorm", "conv", "conv_step")
+OPS = ("ssd", "step", "norm", "addnorm", "conv", "conv_step", "dt_step", "conv_roll")
 _SOURCES = {  # op -> (module, attribute)
     "ssd": ("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined"),
     "step": ("mamba_ssm.ops.triton.selective_state_update", "selective_state_update"),
@@ -58,9 +63,11 @@ _SOURCES = {  # op -> (module, attribute)
     "addnorm": ("mamba_ssm.ops.triton.layer_norm", "rms_norm_fn"),
     "conv": ("causal_conv1d", "causal_conv1d_fn"),
     "conv_step": ("causal_conv1d", "causal_conv1d_update"),
+    "dt_step": ("picaso_core.engine.triton_step", "dt_step"),
+    "conv_roll": ("picaso_core.engine.triton_step", "conv_roll"),
 }
 PACKAGE = {"ssd": "mamba-ssm", "step": "mamba-ssm", "norm": "mamba-ssm", "addnorm": "mamba-ssm",
-           "conv": "causal-conv1d", "conv_step": "causal-conv1d"}
+           "conv": "causal-conv1d", "conv_step": "causal-conv1d", "dt_step": "triton", "conv_roll": "triton"}
 
 
 def _parse(value: str) -> tuple[bool, frozenset[str]]:
@@ -116,8 +123,10 @@ def _import_all() -> dict[str, Callable | None]:
         _load_triton_ops()
     for op, (module, attr) in _SOURCES.items():
         try:
-            if importlib.util.find_spec(module.split(".")[0]) is None:
+            if importlib.util.find_spec(PACKAGE[op] if PACKAGE[op] == "triton" else module.split(".")[0]) is None:
                 raise ImportError(f"{PACKAGE[op]} is not installed")
+            if PACKAGE[op] == "triton" and not torch.cuda.is_available():  # CUDA-only: no Triton import on CPU
+                raise ImportError("no CUDA device")
             found[op] = getattr(importlib.import_module(module), attr)
         except Exception as e:  # not installed, or a CUDA-less / broken install
             found[op] = None
@@ -180,7 +189,7 @@ def run(op: str, fn: Callable, *args, **kwargs):
 def active(device: torch.device | str, family: str = "Mamba2") -> dict[str, bool]:
     """Which ops run a kernel for a model of `family` on `device` (inference)."""
     dev = torch.device(device)
-    ops = OPS if family == "Mamba2" else ("step", "addnorm", "conv", "conv_step")
+    ops = OPS if family == "Mamba2" else ("step", "addnorm", "conv", "conv_step", "conv_roll")
     return {op: (dev.type == "cuda" and ENABLED and op in ALLOWED and _KERNELS[op] is not None) for op in ops}
 
 

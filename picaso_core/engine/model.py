@@ -66,9 +66,14 @@ class GatedRMSNorm(nn.Module):
         return yg.flatten(-2).to(dtype) * self.weight
 
 
+def _no_limit(limit: tuple[float, float]) -> bool:
+    """Whether mamba_ssm's dt_limit holds for any softplus (the default (0, inf))."""
+    return limit[0] <= 0 and limit[1] == math.inf
+
+
 def _limit(dt: Tensor, limit: tuple[float, float]) -> Tensor:
-    """dt clamped to mamba_ssm's dt_limit; the default (0, inf) holds for any softplus: no op."""
-    return dt if (limit[0] <= 0 and limit[1] == math.inf) else dt.clamp(*limit)
+    """dt clamped to mamba_ssm's dt_limit; no op at the default."""
+    return dt if _no_limit(limit) else dt.clamp(*limit)
 
 
 def _inv_softplus_dt(cfg: ModelConfig, n: int) -> Tensor:
@@ -122,22 +127,31 @@ class Mamba2Mixer(nn.Module):
         y = self.norm(y.reshape(b, t, E), z)
         return self.out_proj(y), conv_state, ssm_state, log_decay
 
-    def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor) -> tuple[Tensor, Tensor]:
-        """One token, the recurrence in closed form: u [b, D]; conv_state [b, C, K-1] and
-        ssm_state [b, H, P, N] are updated IN PLACE (decode buffers). Returns out [b, D] and the
-        step's log-decay dt·A [b, H]. The twin of `forward` for t = 1, with no scan and no chunks."""
+    def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor, log_decay: Tensor) -> Tensor:
+        """One token, the recurrence in closed form: u [b, D]; conv_state [b, C, K-1],
+        ssm_state [b, H, P, N] and log_decay [b, H, 1, 1] are updated IN PLACE (decode buffers; the
+        log-decay gains the step's dt·A). Returns out [b, D]. The twin of `forward` for t = 1, with
+        no scan and no chunks."""
         b = u.shape[0]
         s, E, H = self.cfg.ssm_cfg, self.cfg.d_inner, self.cfg.nheads
         GN = s.ngroups * s.d_state
         z, xBC, dt = self.in_proj(u).split([E, E + 2 * GN, H], dim=-1)
         xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
         x, B, C = xBC.split([E, GN, GN], dim=-1)
-        dt = _limit(F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]), s.dt_limit)  # [b, H]
-        A = -torch.exp(upcast(self.A_log)[0])  # [H]
+        fused = None
+        fn = kernels.get("dt_step", u) if _no_limit(s.dt_limit) and log_decay.dtype == torch.float32 else None
+        if fn is not None:  # softplus, A and the log-decay in one launch
+            fused = kernels.run("dt_step", fn, dt, self.dt_bias, self.A_log, log_decay)
+        if fused is not None:
+            dt, A = fused
+        else:
+            dt = _limit(F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]), s.dt_limit)  # [b, H]
+            A = -torch.exp(upcast(self.A_log)[0])  # [H]
+            log_decay += (dt * A).view(log_decay.shape)  # A(u x) = A(x) A(u)
         # h = exp(dt A) h + dt B x;  y = C h   (Mamba-2 paper eq. 1, a scalar A per head)
         y = state_update(ssm_state, x.view(b, H, s.headdim), dt, A, B.view(b, s.ngroups, s.d_state),
                          C.view(b, s.ngroups, s.d_state), D=self.D)  # + D x
-        return self.out_proj(self.norm(y.reshape(b, E), z)), dt * A  # dt·A: the step's log-decay
+        return self.out_proj(self.norm(y.reshape(b, E), z))
 
 
 class Mamba1Mixer(nn.Module):
@@ -178,9 +192,9 @@ class Mamba1Mixer(nn.Module):
         y = y.transpose(1, 2) * F.silu(z)
         return self.out_proj(y), conv_state, ssm_state, log_decay
 
-    def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor) -> tuple[Tensor, Tensor]:
-        """One token: u [b, D]; conv_state [b, E, K-1] and ssm_state [b, E, N] updated IN PLACE.
-        Returns out [b, D] and the step's log-decay dt·A [b, E, N]."""
+    def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor, log_decay: Tensor) -> Tensor:
+        """One token: u [b, D]; conv_state [b, E, K-1], ssm_state [b, E, N] and log_decay [b, E, N]
+        (+= the step's dt·A) updated IN PLACE. Returns out [b, D]."""
         N, R = self.cfg.ssm_cfg.d_state, self.cfg.dt_rank
         x, z = self.in_proj(u).chunk(2, dim=-1)  # [b, E] each
         x = conv_step(x, self.conv1d.weight, self.conv1d.bias, conv_state)
@@ -189,7 +203,8 @@ class Mamba1Mixer(nn.Module):
         A = -torch.exp(upcast(self.A_log)[0])  # [E, N]
         # h = exp(dt A) h + dt B x;  y = Σ_n C h   (Mamba-1, per channel and state dimension)
         y = state_update(ssm_state, x, dt, A, B, C, D=self.D)  # + D x
-        return self.out_proj(y * F.silu(z)), dt[..., None] * A
+        log_decay += (dt[..., None] * A).view(log_decay.shape)
+        return self.out_proj(y * F.silu(z))
 
 
 def _add_norm(norm: nn.Module, out: Tensor | None, residual: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -426,8 +441,7 @@ class SSMLanguageModel(nn.Module):
         out = None
         for i, layer in enumerate(self.backbone.layers):
             normed, residual = _add_norm(layer.norm, out, residual, hidden.dtype)  # residual += the last out
-            out, la = layer.mixer.step(normed, conv[:, i], ssm[:, i])
-            log_decay[:, i] += la.view(log_decay[:, i].shape)  # A(u x) = A(x) A(u)
+            out = layer.mixer.step(normed, conv[:, i], ssm[:, i], log_decay[:, i])
         return upcast(self.lm_head(_add_norm(self.backbone.norm_f, out, residual, hidden.dtype)[0]))[0]
 
     @torch.no_grad()

@@ -310,6 +310,11 @@ def conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tensor
         y = kernels.run("conv_step", fn, x, conv_state, weight.squeeze(1), bias, activation="silu")
         if y is not None:
             return y
+    fn = kernels.get("conv_roll", x)  # causal-conv1d absent: picaso's Triton twin of it
+    if fn is not None:
+        y = kernels.run("conv_roll", fn, x, conv_state, weight, bias)
+        if y is not None:
+            return y
     window = torch.cat([conv_state.to(x.dtype), x[..., None]], dim=-1)  # [b, C, K]
     y = (window * weight[:, 0]).sum(-1)
     conv_state.copy_(window[..., 1:])
