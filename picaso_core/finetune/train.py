@@ -337,7 +337,8 @@ def _resume_state(folder: Path, cfg: FinetuneConfig) -> dict:
         raise ValueError(f"{folder} is not a fine-tuning checkpoint (no {STATE_FILE}): pass a folder written by "
                          "train(..., out_dir=...), e.g. <out>/checkpoint-00050")
     state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: optimizer state
-    saved = {"k_min": 0, **{k: v for k, v in state["config"].items() if k != "save_every"}}
+    saved = {"k_min": 0, "concat_share": 0.0,  # fields older checkpoints predate, at their defaults
+             **{k: v for k, v in state["config"].items() if k != "save_every"}}
     mine = {k: v for k, v in asdict(cfg).items() if k != "save_every"}
     if saved != mine:
         diff = sorted(k for k in mine if saved.get(k) != mine[k])
