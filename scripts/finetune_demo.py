@@ -122,13 +122,18 @@ def validate(args) -> dict:
     """fig. 4's gap per k (PICASO-R above Concat, % ± SE) of the base, the shipped model and every trained
     run in --work, on held-out samples val_first .. val_first + val_samples (no skills): the figures to choose
     a run by, on samples the report (the first 40) does not use."""
+    import hashlib
+
+    from picaso_core.engine.loading import resolve_model_folder
     from picaso_core.finetune import evaluate as FE
 
     models = {"base": args.base, "shipped": str(SHIP_DIR),
               **{n: str(Path(args.work) / n) for n in RUNS if (Path(args.work) / n / "model.safetensors").is_file()}}
     out = {}
     for name, where in models.items():
-        folder = Path(args.work) / f"val-{args.val_first}-{args.val_samples}" / (name if name in RUNS else f"_{name}")
+        # cached per weights: a retrained run or a newly shipped model is evaluated again
+        digest = hashlib.sha1((resolve_model_folder(where) / "model.safetensors").read_bytes()).hexdigest()[:10]
+        folder = Path(args.work) / f"val-{args.val_first}-{args.val_samples}" / f"{name}-{digest}"
         cached = folder / "result.json"
         row = json.loads(cached.read_text()) if cached.is_file() else FE.evaluate_model(
             load_model(where), folder, args.val_samples, skills=False, progress=False, first=args.val_first)
