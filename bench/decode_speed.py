@@ -40,25 +40,19 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import interleaved, limits, medians, parse, parser, ratios, table, vs_limit, write_json  # noqa: E402
+from harness import (SHAPES, interleaved, limits, medians, parse, parser, ratios, shape_model, table,  # noqa: E402
+                     vs_limit, write_json)
 
-from picaso_core import ContextState, ModelConfig, SSMLanguageModel, load_model  # noqa: E402
+from picaso_core import ContextState, load_model  # noqa: E402
 from picaso_core.engine import scan  # noqa: E402
 from picaso_core.engine.state import layer_major  # noqa: E402
 from picaso_core.engine.scan import upcast  # noqa: E402
-
-SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48), "mamba2-2.7b": (2560, 64)}  # (d_model, n_layer), config.json
-
 
 def make_model(shape: str, device: str, dtype: torch.dtype):
     """The model alone (no forward): the demo, or random weights of a released shape."""
     if shape == "demo":
         return load_model("demo").to(device=device, dtype=dtype).eval()
-    d, n = SHAPES[shape]
-    torch.manual_seed(0)
-    with torch.device(device):  # initialised where it runs: a 2.7b init on the CPU takes minutes
-        return SSMLanguageModel(ModelConfig(d_model=d, n_layer=n, vocab_size=50277, pad_vocab_size_multiple=16,
-                                            ssm_cfg=dict(layer="Mamba2"))).to(dtype=dtype).eval()
+    return shape_model(shape, device, dtype)
 
 
 def build(shape: str, device: str, dtype: torch.dtype, rows: int):

@@ -35,12 +35,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import interleaved, medians, parse, parser, table, write_json  # noqa: E402
+from harness import interleaved, medians, parse, parser, shape_model, table, write_json  # noqa: E402
 
-from picaso_core import ContextState, ModelConfig, SSMLanguageModel  # noqa: E402
+from picaso_core import ContextState  # noqa: E402
 from picaso_core.engine import decode, graphs, kernels, scan  # noqa: E402
 
-SHAPES = {"mamba2-130m": (768, 24), "mamba2-2.7b": (2560, 64)}  # (d_model, n_layer): config.json
 WAYS = {"torch": (False, False), "torch+graphs": (False, True), "kernels": (True, False), "kernels+graphs": (True, True),
         "kernels+graphs, no addnorm": (True, True)}  # the kernels but the fused residual add + RMSNorm
 
@@ -50,15 +49,6 @@ def set_way(way: str) -> None:
     kernels.use_kernels(k, set(kernels.OPS) - {"addnorm"} if way.endswith("no addnorm") else None)
     graphs.ENABLED = g
     decode.CUDA_GRAPHS = True
-
-
-def make_model(shape: str, dtype: torch.dtype) -> SSMLanguageModel:
-    d, n = SHAPES[shape]
-    torch.manual_seed(0)
-    cfg = ModelConfig(d_model=d, n_layer=n, vocab_size=50277, pad_vocab_size_multiple=16,
-                      ssm_cfg=dict(layer="Mamba2", d_state=128, headdim=64, chunk_size=256))
-    with torch.device("cuda"):  # initialised on the GPU: a 2.7b model's init on the CPU takes minutes
-        return SSMLanguageModel(cfg).to(dtype).eval()
 
 
 def rel(a, ref) -> float:
@@ -150,7 +140,7 @@ def profile(fn) -> dict:
 def query(args) -> dict:
     res = {}
     for dtype in [getattr(torch, d) for d in args.query_dtypes.split(",")]:
-        model = make_model("mamba2-130m", dtype)
+        model = shape_model("mamba2-130m", "cuda", dtype)
         g = torch.Generator().manual_seed(1)
         set_way("torch")
         states = ContextState.stack(model.encode_contexts(
@@ -285,7 +275,7 @@ def main() -> None:
                 figures[name] = {"error": f"{type(e).__name__}: {e}"}
                 print(f"{name} failed: {figures[name]['error']}")
             write_json(args, figures)
-    model = make_model("mamba2-2.7b", torch.bfloat16) if only & {"click", "where"} else None
+    model = shape_model("mamba2-2.7b", "cuda", torch.bfloat16) if only & {"click", "where"} else None
     for name, fn in (("click", click), ("where", where)):
         if name in only:
             try:

@@ -30,6 +30,24 @@ from collections.abc import Callable, Mapping, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# released Mamba-2 shapes (config.json's d_model, n_layer; every other field at mamba_ssm's Mamba2 defaults)
+SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48), "mamba2-2.7b": (2560, 64)}
+
+
+def shape_model(shape: str, device, dtype):
+    """A Mamba-2 of a released shape (`SHAPES`) with seeded random weights, built on `device` (a 2.7b
+    model's init on the CPU takes minutes), in `dtype`, in eval mode."""
+    import torch
+
+    from picaso_core import ModelConfig, SSMLanguageModel
+
+    d, n = SHAPES[shape]
+    torch.manual_seed(0)
+    with torch.device(device):
+        return SSMLanguageModel(ModelConfig(d_model=d, n_layer=n, vocab_size=50277, pad_vocab_size_multiple=16,
+                                            ssm_cfg=dict(layer="Mamba2"))).to(dtype=dtype).eval()
+
+
 # name substring (as torch.cuda.get_device_name prints it) -> (GB/s, dense TFLOP/s {dtype})
 KNOWN_GPUS = {
     "H200": (4800, {"float32": 67, "tf32": 495, "bfloat16": 989, "float16": 989}),
