@@ -5,10 +5,10 @@ Skipped without CUDA and the optional kernels (requirements-gpu.txt)."""
 import pytest
 import torch
 
-from picaso_core.engine import scan
+from picaso_core.engine import kernels, scan
 from tests.conftest import TINY_VOCAB, tiny_model
 
-kernels = scan.gpu_kernels_available()
+INSTALLED = kernels.installed()  # op -> whether its kernel imported
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
@@ -23,7 +23,7 @@ def test_model_on_gpu_matches_cpu_with_states():
     got, got_state = m.to("cuda")(ids.cuda(), st)
     # measured on an H100 (demo model): pure torch on CUDA 1.7e-6 (state) / 1.6e-5 (loss)
     # relative to the CPU; with the Triton SSD kernel (TF32) 1.3e-3 / 6.5e-4. Limits ~4x above.
-    tol = 5e-3 if kernels["mamba_chunk_scan_combined"] else 1e-4
+    tol = 5e-3 if INSTALLED["ssd"] else 1e-4
     assert (got.cpu() - ref).abs().max().item() <= tol * ref.abs().max().item()
     assert (got_state.ssm.cpu() - ref_state.ssm).abs().max().item() <= tol * ref_state.ssm.abs().max().item()
 
@@ -84,8 +84,8 @@ def test_scan_pass_forms_agree_on_gpu():
 # TF32 in float32 (Triton's default for a float32 dot), so float32 gets a TF32-level bound, not a
 # float32 one; in bfloat16 the inputs, and the outputs the kernels return in the model dtype,
 # carry bfloat16's 2^-8 rounding. The one-token update and the norm are elementwise float32 inside.
-needs_mamba = pytest.mark.skipif(not kernels["mamba_chunk_scan_combined"], reason="mamba_ssm not installed")
-needs_conv = pytest.mark.skipif(not kernels["causal_conv1d_fn"], reason="causal_conv1d not installed")
+needs_mamba = pytest.mark.skipif(not INSTALLED["ssd"], reason="mamba_ssm not installed")
+needs_conv = pytest.mark.skipif(not INSTALLED["conv"], reason="causal_conv1d not installed")
 TOL = {  # (op, dtype) -> bound on the relative error
     ("ssd", torch.float32): 5e-3, ("ssd", torch.bfloat16): 1e-2,
     ("step", torch.float32): 1e-5, ("step", torch.bfloat16): 8e-3,

@@ -35,11 +35,6 @@ def upcast(*ts: Tensor) -> tuple[Tensor, ...]:
     return tuple(t.to(dtype) for t in ts)
 
 
-def gpu_kernels_available() -> dict[str, bool]:
-    """Which optional CUDA kernels imported, by kernel name (engine/kernels.py: which run)."""
-    return {kernels._SOURCES[op][1]: ok for op, ok in kernels.installed().items()}
-
-
 # --------------------------------------------------------------------------------------------
 # Mamba-2: chunked SSD scan
 # --------------------------------------------------------------------------------------------
