@@ -123,7 +123,7 @@ def _import_all() -> dict[str, Callable | None]:
         _load_triton_ops()
     for op, (module, attr) in _SOURCES.items():
         try:
-            if importlib.util.find_spec(PACKAGE[op] if PACKAGE[op] == "triton" else module.split(".")[0]) is None:
+            if importlib.util.find_spec(PACKAGE[op].replace("-", "_")) is None:  # the distribution's import name
                 raise ImportError(f"{PACKAGE[op]} is not installed")
             if PACKAGE[op] == "triton" and not torch.cuda.is_available():  # CUDA-only: no Triton import on CPU
                 raise ImportError("no CUDA device")
