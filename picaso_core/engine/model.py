@@ -138,10 +138,9 @@ class Mamba2Mixer(nn.Module):
         z, xBC, dt = self.in_proj(u).split([E, E + 2 * GN, H], dim=-1)
         xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
         x, B, C = xBC.split([E, GN, GN], dim=-1)
-        fused = None
         fn = kernels.get("dt_step", u) if _no_limit(s.dt_limit) and log_decay.dtype == torch.float32 else None
-        if fn is not None:  # softplus, A and the log-decay in one launch
-            fused = kernels.run("dt_step", fn, dt, self.dt_bias, self.A_log, log_decay)
+        # softplus, A and the log-decay in one launch
+        fused = kernels.run("dt_step", fn, dt, self.dt_bias, self.A_log, log_decay) if fn is not None else None
         if fused is not None:
             dt, A = fused
         else:
