@@ -49,10 +49,11 @@ def test_soup_tab_draws_the_skill_map(browser, app_url):  # noqa: F811
     box.clear()
     box.send_keys("no arrow here at all")
     browser.find_element(By.ID, "soup-place").click()
-    # the toast's element appears before its text: wait for the text
+    # the toast's element appears before its text, and its text empties as it fades: keep the text the
+    # wait saw (reading the element again later raced with the fade)
     toast = WebDriverWait(browser, 60).until(
-        lambda d: [t for t in d.find_elements(By.CSS_SELECTOR, ".toast-body") if "line 1" in t.text])
-    assert "question → answer" in toast[0].text
+        lambda d: [x for x in (t.text for t in d.find_elements(By.CSS_SELECTOR, ".toast-body")) if "line 1" in x])
+    assert "question → answer" in toast[0]
     box.clear()
     box.send_keys("cat → cats\ndog → dogs")
     browser.find_element(By.ID, "soup-place").click()
