@@ -226,6 +226,21 @@ def test_parameter_counts_match_the_paper():
     assert Run(LabConfig(eval_size=8)).params == 784 and Run(LabConfig(model="s6", eval_size=8)).params == 784
 
 
+def test_a_run_builds_its_seeds_weights_and_leaves_the_global_generator_alone():
+    """The app trains COFFEE in a worker thread: a Run must not reseed torch's generator under other
+    handlers, and its weights must be its seed's whatever was drawn before."""
+    torch.manual_seed(99)
+    before = torch.get_rng_state()
+    a = Run(LabConfig(eval_size=8, seed=3))
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.randn(1000)  # the global generator moved on: the next run's weights are the same
+    b = Run(LabConfig(eval_size=8, seed=3))
+    for (name, x), (_, y) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        assert torch.equal(x, y), name
+    c = Run(LabConfig(eval_size=8, seed=4))
+    assert not torch.equal(next(a.model.parameters()), next(c.model.parameters()))
+
+
 # ---- table 1: COFFEE above S6 ---------------------------------------------------------------------
 def test_table1_coffee_clearly_above_s6():
     acc = {}

@@ -118,6 +118,17 @@ def test_checkpoint_round_trips_and_resumes_to_the_same_next_step(tmp_path, toke
         assert a["k"] == b["k"]
 
 
+def test_training_leaves_the_global_generator_alone():
+    """The app fine-tunes in a worker thread: training must not reseed torch's generator under the
+    other handlers (it draws nothing from it: micro-batches are a function of the seed)."""
+    model = tiny_model("Mamba2", seed=5)
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    FT.train(model, _examples(4), FT.FinetuneConfig(data="qa", max_steps=2, batch_size=2, lm_share=0.0, seed=3),
+             progress=False)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_bad_input_names_the_fix():
     model = tiny_model("Mamba2", seed=0)
     for kw, match in [(dict(k_max=-1), "k_max"), (dict(k_max=FT.K_LIMIT + 1), "k_max"),

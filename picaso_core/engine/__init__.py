@@ -8,6 +8,7 @@
     tokenizer.py  the byte-level BPE tokenizer (demo) and the GPT-NeoX one (hub checkpoints)
     init.py       mamba_ssm's initialisation, for models trained here
     loading.py    load_model("demo" | folder | hub id), save_model, device checks
+    rng.py        seeded(seed): a reproducible model build in a threaded process
 
 The engine imports nothing of picaso_core but `picaso_core.assets` (tests/test_architecture.py
 checks it): composition, the store, retrieval, analyses, labs and the UI build on it, never the

@@ -397,7 +397,8 @@ def train(model, examples: Sequence[Example], cfg: FinetuneConfig | None = None,
         lm_docs = lm_documents(model.tokenizer, min(steps * cfg.grad_accum * n_lm(cfg), 4096), cfg.seed + 1,
                                cfg.lm_mix, cfg.lm_max_tokens)
     acc = Accelerator(mixed_precision=_precision(cfg), gradient_accumulation_steps=cfg.grad_accum)
-    torch.manual_seed(cfg.seed)
+    # nothing here draws from torch's generator (micro_batch seeds its own): the global one is left
+    # alone, as a run in the app's worker thread must not reseed it under other handlers (engine/rng.py)
     start, history = 0, []
     state = None
     if resume_from is not None:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from picaso_core.engine.rng import seeded
 from picaso_core.lab.coffee.model import DigitsModel, IHModel, n_params
 from picaso_core.lab.tasks import IH0_PAPER_INIT, IHTask, digits_data, ih0_sequences, ih_batch, roto_translate
 
@@ -103,31 +104,31 @@ class Run:
 
     def __init__(self, cfg: LabConfig):
         self.cfg = cfg.check()
-        torch.manual_seed(cfg.seed)
         dev = torch.device(cfg.device)
         self.source = ""
-        if cfg.task == "ih":
-            self.task = cfg.ih_task()
-            self.model = IHModel(cfg.model, cfg.n, cfg.d, self.task.m, cfg.variant)
-            self.train_gen = torch.Generator().manual_seed(cfg.seed * 2 + 1)    # two independent generators (G.1)
-            self.val = ih_batch(self.task, cfg.eval_size, torch.Generator().manual_seed(cfg.seed * 2 + 2))
-            # a third, held-out test set (scored once, at the end): the validation set above decides
-            # early stopping (--stop-accuracy), so the accuracy a table reports is not scored on it.
-            # TEST_SEED_OFFSET keeps it apart from every seed's training and validation generators.
-            self.data = {"test": ih_batch(self.task, cfg.eval_size,
-                                          torch.Generator().manual_seed(TEST_SEED_OFFSET + cfg.seed))}
-        elif cfg.task == "ih0":
-            self.model = ih0_model(cfg.model, cfg.ih0_train)
-            self.val = ih0_sequences()
-        else:
-            data = digits_data(cfg.digits, cfg.seed)
-            self.source = data["note"]
-            self.data = {k: (data[k][0].to(dev), data[k][1].to(dev)) for k in ("train", "val", "test")}
-            width = self.data["train"][0].shape[-1]
-            self.model = DigitsModel(cfg.model, cfg.n, width, output_filter=cfg.output_filter)
-            self.val = self.data["val"]
-            self.order_gen = torch.Generator().manual_seed(cfg.seed)
-            self._perm, self._at = None, 0
+        with seeded(cfg.seed):  # the weights this seed gives, whatever other threads draw (engine/rng.py)
+            if cfg.task == "ih":
+                self.task = cfg.ih_task()
+                self.model = IHModel(cfg.model, cfg.n, cfg.d, self.task.m, cfg.variant)
+                self.train_gen = torch.Generator().manual_seed(cfg.seed * 2 + 1)    # two independent generators (G.1)
+                self.val = ih_batch(self.task, cfg.eval_size, torch.Generator().manual_seed(cfg.seed * 2 + 2))
+                # a third, held-out test set (scored once, at the end): the validation set above decides
+                # early stopping (--stop-accuracy), so the accuracy a table reports is not scored on it.
+                # TEST_SEED_OFFSET keeps it apart from every seed's training and validation generators.
+                self.data = {"test": ih_batch(self.task, cfg.eval_size,
+                                              torch.Generator().manual_seed(TEST_SEED_OFFSET + cfg.seed))}
+            elif cfg.task == "ih0":
+                self.model = ih0_model(cfg.model, cfg.ih0_train)
+                self.val = ih0_sequences()
+            else:
+                data = digits_data(cfg.digits, cfg.seed)
+                self.source = data["note"]
+                self.data = {k: (data[k][0].to(dev), data[k][1].to(dev)) for k in ("train", "val", "test")}
+                width = self.data["train"][0].shape[-1]
+                self.model = DigitsModel(cfg.model, cfg.n, width, output_filter=cfg.output_filter)
+                self.val = self.data["val"]
+                self.order_gen = torch.Generator().manual_seed(cfg.seed)
+                self._perm, self._at = None, 0
         self.model.to(dev)
         self.dev = dev
         self.val = tuple(v.to(dev) for v in self.val)
