@@ -6,12 +6,14 @@ Everything here is built by the tests themselves (no downloads) and small enough
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from picaso_core import ModelConfig, SSMLanguageModel
+from picaso_core.engine.rng import seeded
 
 TINY_VOCAB = 320  # >= the tiny tokenizer's vocabulary below
 
@@ -31,8 +33,11 @@ def tiny_config(family: str = "Mamba2", vocab_size: int = TINY_VOCAB, n_layer: i
 
 def tiny_model(family: str = "Mamba2", seed: int = 0, **kw) -> SSMLanguageModel:
     """A random tiny model with non-trivial decays (A_log, dt spread like a trained model)."""
-    torch.manual_seed(seed)
-    return SSMLanguageModel(tiny_config(family, **kw)).eval()
+    with seeded(seed):  # the same weights whatever a background thread of an earlier test draws
+        model = SSMLanguageModel(tiny_config(family, **kw)).eval()
+        after = torch.get_rng_state()
+    torch.set_rng_state(after)  # a test's own draws after it go on from the seed, as with torch.manual_seed
+    return model
 
 
 @pytest.fixture(params=["Mamba2", "Mamba1"])
@@ -95,3 +100,15 @@ try:
         _selenium_wait.IGNORED_EXCEPTIONS = (*_selenium_wait.IGNORED_EXCEPTIONS, _Stale)
 except ImportError:  # no selenium: the browser tests skip
     pass
+
+
+@pytest.fixture(autouse=True)
+def _background_work_ends_with_its_test():
+    """What an app start leaves running in this process (the tour's build, the warm-up click, the
+    allocator trim) is stopped when the test that started it ends: it would otherwise run on into
+    later tests, taking the cores and, in the tour's COFFEE step, building models."""
+    yield
+    serving = sys.modules.get("picaso_core.ui.serving")  # loaded only by tests that use the app
+    if serving is not None:
+        left = serving.stop_background(timeout=120)
+        assert not left, f"background threads still running 120 s after their test: {left}"

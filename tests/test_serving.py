@@ -277,6 +277,27 @@ def test_a_process_that_starts_the_app_exits_cleanly_with_its_background_work_ru
     assert p.returncode == 0 and "returned" in p.stdout and "terminate called" not in p.stderr, p.stderr[-2000:]
 
 
+def test_stop_background_ends_the_work_and_lets_later_work_run():
+    """In one process (a test session) an app start's background work ends with stop_background,
+    and work started after it runs (STOP is cleared again)."""
+    steps = []
+
+    def loop():  # as the tour's build and the allocator trim: a step, then a look at STOP
+        while not serving.STOP.wait(0.01):
+            steps.append(1)
+
+    t = serving.in_background(loop)
+    time.sleep(0.05)
+    assert t.is_alive() and steps
+    assert serving.stop_background(timeout=10) == [] and not t.is_alive()
+    assert not serving.STOP.is_set()
+    again = serving.in_background(loop)
+    time.sleep(0.05)
+    assert again.is_alive()
+    serving.stop_background(timeout=10)
+    assert not again.is_alive()
+
+
 def test_config_sent_without_the_api_metadata_no_client_reads(tmp_path):
     """/config loses the per-component API schemas and example inputs (a third of it) except the
     file-typed `api_info` gradio_client needs to upload files to an endpoint it may call, and what

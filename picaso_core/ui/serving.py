@@ -151,18 +151,30 @@ _threads_lock = threading.Lock()
 EXIT_WAIT_S = 60.0
 
 
-@atexit.register
-def _finish_background(timeout: float = EXIT_WAIT_S) -> None:
-    """A daemon thread still inside torch's C++ code when the interpreter finalises aborts the whole
-    process ("terminate called without an active exception", exit 134): a test that runs app.main,
-    or a script that loads the app and returns. So at exit, ask background work to stop and wait
-    for what it is in the middle of (a step of the tour's build, a warm-up click)."""
+def stop_background(timeout: float = EXIT_WAIT_S, resume: bool = True) -> list[threading.Thread]:
+    """Ask the background work `in_background` started to stop (STOP) and wait up to `timeout` s for
+    what it is in the middle of (a step of the tour's build, a warm-up click). With `resume`, STOP
+    is cleared afterwards so that later work runs (an app started again in the same process: a
+    test). Returns the threads still running after the wait."""
     STOP.set()
     deadline = time.monotonic() + timeout
     with _threads_lock:
         threads = list(_threads)
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
+    with _threads_lock:
+        _threads[:] = alive = [t for t in _threads if t.is_alive()]
+    if resume:
+        STOP.clear()
+    return alive
+
+
+@atexit.register
+def _finish_background(timeout: float = EXIT_WAIT_S) -> None:
+    """A daemon thread still inside torch's C++ code when the interpreter finalises aborts the whole
+    process ("terminate called without an active exception", exit 134): a test that runs app.main,
+    or a script that loads the app and returns. So at exit, stop the background work first."""
+    stop_background(timeout, resume=False)
 
 
 def lazy_figures(demo) -> int:
