@@ -24,7 +24,7 @@ import app
 from picaso_core.data import RetrievalSample, write_samples
 from picaso_core.store.store import StoreError
 from picaso_core.ui import compose_tab
-from picaso_core.ui.resources import limit_corpus, load_resources
+from picaso_core.ui.resources import Resources, limit_corpus, load_resources
 from test_retrieval import BagOfWords
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +71,40 @@ def sample(res, sid):
 
 
 # ---- handlers, no server ----------------------------------------------------------------------
+def test_what_is_derived_from_resources_belongs_to_that_resources():
+    """Resources.derived: made once per Resources, never handed to another (a table keyed by id(res)
+    would give a new Resources the value of a gone one that had its id), nothing kept from a failure."""
+    import threading
+
+    def bare(name):
+        return Resources(None, name, None, None, None, 0, {})
+
+    a, b = bare("a"), bare("b")
+    made = []
+    va = a.derived("x", lambda: made.append("a") or object())
+    assert a.derived("x", lambda: made.append("again")) is va
+    assert b.derived("x", lambda: made.append("b") or object()) is not va and made == ["a", "b"]
+    assert dataclasses.replace(a).derived("x", lambda: "copy") == "copy"
+    for i in range(30):  # freed objects' ids are reused at once in CPython
+        assert bare("r").derived("x", lambda i=i: i) == i
+    with pytest.raises(ValueError):
+        a.derived("y", lambda: int("not a number"))
+    assert a.derived("y", lambda: 5) == 5
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.05)
+        return len(calls)
+
+    threads = [threading.Thread(target=a.derived, args=("z", slow)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [1] and a.derived("z", slow) == 1
+
+
 def test_compose_runs_every_method_with_finite_losses(res):
     s = sample(res, "q-velmora")
     html, summary, table, fig, gens, history_df, data, py, cl, history = compose_tab.compose(

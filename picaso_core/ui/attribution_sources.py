@@ -10,7 +10,6 @@ Source states are derived data: they live in a SourceStore under the app's cache
 from __future__ import annotations
 
 import html
-import threading
 
 from picaso_core.analysis.sources import GRAINS, WAYS
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
@@ -29,8 +28,6 @@ MAX_PATTERN_CHARS = 200
 # PICConcat-R-LOO re-reads every rotation of the contexts for each of the N + 1 subsets: skipped
 # above this many sources (the context-grain rule, PICCONCAT_MAX_CONTEXTS, still applies).
 PICCONCAT_MAX_SOURCES = 30
-_STORES: dict[int, object] = {}
-_LOCK = threading.Lock()
 
 
 def check_source_inputs(grain, way, span_start, span_end, pattern, ablations, endpoint: str) -> tuple:
@@ -54,16 +51,14 @@ def source_store(res: Resources):
     from picaso_core.analysis.sources import SourceStore
     from picaso_core.store.store import StoreError, derived_folder
 
-    with _LOCK:
-        key = id(res)
-        if key not in _STORES:
-            folder = derived_folder(res.cache_dir, res.store) / "sources"
-            try:
-                _STORES[key] = SourceStore.open_or_build(folder, res.model)
-            except (StoreError, OSError) as e:
-                log.warning("source states are not stored (%s): encoded per request", str(e).replace("\n", " "))
-                _STORES[key] = None
-        return _STORES[key]
+    def make():
+        try:
+            return SourceStore.open_or_build(derived_folder(res.cache_dir, res.store) / "sources", res.model)
+        except (StoreError, OSError) as e:
+            log.warning("source states are not stored (%s): encoded per request", str(e).replace("\n", " "))
+            return None
+
+    return res.derived("source_store", make)
 
 
 def sources_for(res: Resources, ids: list[str], grain: str, pattern: str, endpoint: str):

@@ -44,7 +44,6 @@ COMPARE_METHODS = ("none", "concat", "picaso_r")
 MIN_LIVE_SAMPLES = 2  # one to train on, one held out to compare
 _RUN_LOCK = threading.Lock()  # one live fine-tune at a time, app-wide (CPU and memory)
 _CANCEL = threading.Event()
-_tuned: dict[int, object] = {}  # id(res) -> Resources of the shipped fine-tuned model (Compose & compare)
 
 
 # ---- the shipped fine-tune --------------------------------------------------------------------
@@ -116,7 +115,7 @@ def table2_frame(report: dict | None) -> pd.DataFrame:
 def tuned_resources(res: Resources) -> Resources:
     """The app's Resources with the shipped fine-tuned model and its own state store (same corpus and
     retriever): states of one model are never composed by another. Loaded once per app."""
-    if id(res) not in _tuned:
+    def make():
         from picaso_core.engine.loading import load_model
         from picaso_core.ui.resources import open_or_build_store, store_folder
 
@@ -129,8 +128,9 @@ def tuned_resources(res: Resources) -> Resources:
         model.name_or_path = "demo-bptc"
         folder = store_folder(Path(res.cache_dir), res.corpus.name, res.corpus.split, model.fingerprint())
         store = open_or_build_store(model, res.database, folder, log=lambda *_: None)
-        _tuned[id(res)] = replace(res, model=model, model_name="demo-bptc", store=store)
-    return _tuned[id(res)]
+        return replace(res, model=model, model_name="demo-bptc", store=store)
+
+    return res.derived("tuned", make)
 
 
 # ---- the live fine-tune -----------------------------------------------------------------------

@@ -67,6 +67,21 @@ class Resources:
     def __post_init__(self):
         self._num_tokens: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._derived: dict[str, object] = {}
+        self._derive_locks: dict[str, threading.Lock] = {}
+
+    def derived(self, name: str, make: Callable[[], object]):
+        """What `make()` returns, made once for this Resources and kept with it (a tab's stores, the
+        fine-tuned model's Resources, the corpus fingerprint). A module table keyed by id(res) would
+        hand it to another Resources that gets this one's id after it is gone (tests load many);
+        `dataclasses.replace` gives a copy its own. A `make` that raises stores nothing. Each name
+        has its own lock: a slow make (loading a model) holds up only callers of the same name."""
+        with self._lock:
+            lock = self._derive_locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self._derived:
+                self._derived[name] = make()
+            return self._derived[name]
 
     @property
     def database(self) -> dict[str, str]:

@@ -139,10 +139,5 @@ class Lab:
         self._umap_ready = True
 
 
-_LABS: dict[int, Lab] = {}
-
-
 def lab_for(res: Resources) -> Lab:
-    if id(res) not in _LABS:
-        _LABS[id(res)] = Lab(res)
-    return _LABS[id(res)]
+    return res.derived("soup_lab", lambda: Lab(res))

@@ -53,13 +53,9 @@ def corpus_fingerprint(corpus) -> str:
     return h.hexdigest()[:16]
 
 
-_corpus_fp: dict[int, str] = {}
-
-
 def cache_key(res: Resources) -> dict:
-    if id(res.corpus) not in _corpus_fp:
-        _corpus_fp[id(res.corpus)] = corpus_fingerprint(res.corpus)
-    return {"version": CACHE_VERSION, "model": res.model.fingerprint(), "corpus": _corpus_fp[id(res.corpus)]}
+    corpus = res.derived("corpus_fingerprint", lambda: corpus_fingerprint(res.corpus))
+    return {"version": CACHE_VERSION, "model": res.model.fingerprint(), "corpus": corpus}
 
 
 def step_key(step: Step) -> str:
