@@ -79,6 +79,15 @@ def test_save_model_round_trip(tmp_path, tiny_model_dir):
     assert torch.equal(m(ids)[0], m2(ids)[0])
 
 
+def test_loading_leaves_the_global_generator_alone(tiny_model_dir):
+    """The app loads the fine-tuned model in a handler thread: the throwaway initial weights must not
+    move torch's generator under the other threads (engine/rng.py)."""
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    load_model(str(tiny_model_dir))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_fingerprint_depends_on_weights(tiny_model_dir):
     a, b = load_model(str(tiny_model_dir)), load_model(str(tiny_model_dir))
     assert a.fingerprint() == b.fingerprint()

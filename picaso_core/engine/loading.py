@@ -23,6 +23,7 @@ import torch
 from picaso_core.assets import ASSETS  # the checkout's assets/ or the installed package's copy
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.model import SSMLanguageModel
+from picaso_core.engine.rng import seeded
 
 DEMO_MODEL_DIR = ASSETS / "demo_model"
 # bundled models by name: the base demo model and its BPTC fine-tune (scripts/finetune_demo.py, PICASO sec. 5)
@@ -37,7 +38,8 @@ def load_model(name_or_path: str = "demo", device=None, dtype: torch.dtype | Non
     check_device(device)
     folder = resolve_model_folder(name_or_path)
     config = read_config(folder)
-    model = SSMLanguageModel(config)
+    with seeded(0):  # the initial weights, overwritten below, drawn aside from torch's generator (engine/rng.py)
+        model = SSMLanguageModel(config)
     load_weights(model, folder)
     model.tokenizer = _load_tokenizer(folder)
     if model.tokenizer.vocab_size > config.padded_vocab_size:
