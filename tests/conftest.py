@@ -89,6 +89,17 @@ def save_model_dir(model: SSMLanguageModel, folder: Path, tokenizer_json: Path) 
     return folder
 
 
+def bare_resources(model, model_name: str, folder: Path, database: dict[str, str] | None = None):
+    """The app's Resources with only what the soup lab reads: the model, a store folder (nothing
+    stored), the cache folder above it and the corpus's database."""
+    from types import SimpleNamespace
+
+    from picaso_core.ui.resources import Resources
+
+    return Resources(model, model_name, SimpleNamespace(database=database or {}), SimpleNamespace(folder=str(folder)),
+                     None, 0, {}, Path(folder).parent)
+
+
 # Browser tests: Gradio re-renders outputs, so an element found by a wait's condition can leave the page
 # before the condition reads it. Every WebDriverWait then retries instead of failing on
 # StaleElementReferenceException (a real failure still times out).

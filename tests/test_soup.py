@@ -6,7 +6,6 @@ need a trained model.
 
 from __future__ import annotations
 
-import types
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from picaso_core.compose import compose
 from picaso_core.data.skills import load_skill_tasks
 from picaso_core.plots import soup as plots
 from picaso_core.store.store import StateStore
+from tests.conftest import bare_resources
 
 TASKS = ["antonym", "counting"]
 
@@ -284,8 +284,7 @@ def res(model, tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setattr(soup_lab, "PER_TASK", 2)
     monkeypatch_module.setattr(soup_lab, "WARM_UMAP", False)
     folder = tmp_path_factory.mktemp("cache") / "corpus"
-    return types.SimpleNamespace(model=model, model_name="tiny", store=types.SimpleNamespace(folder=str(folder)),
-                                 cache_dir=folder.parent, database={"a": "Velmora is a city on the river Quell. " * 30})
+    return bare_resources(model, "tiny", folder, {"a": "Velmora is a city on the river Quell. " * 30})
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from picaso_core import load_model
 from picaso_core.analysis import soup, soup_projection
 from picaso_core.plots import soup as plots
 from picaso_core.ui import soup_handlers, soup_lab, soup_tab, soup_text
+from tests.conftest import bare_resources
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,7 @@ def res(tiny_model_dir, tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setattr(soup_lab, "PER_TASK", 2)
     monkeypatch_module.setattr(soup_lab, "WARM_UMAP", False)
     folder = tmp_path_factory.mktemp("cache") / "corpus"
-    return types.SimpleNamespace(model=load_model(str(tiny_model_dir)), model_name="tiny",
-                                 store=types.SimpleNamespace(folder=str(folder)), cache_dir=folder.parent, database={})
+    return bare_resources(load_model(str(tiny_model_dir)), "tiny", folder)
 
 
 def _rows(gens, losses):
@@ -56,8 +56,7 @@ def test_default_two_skill_demo_shows_what_its_text_says_on_the_demo_model(tmp_p
     """The default (English→French and singular→plural on 'door'): the demo model writes B's answer
     at w = 0 and A's at w = 1, and the summary says exactly where it switches and which answer never wins."""
     model = load_model("demo")
-    demo = types.SimpleNamespace(model=model, model_name="demo", store=types.SimpleNamespace(folder=str(tmp_path / "c")),
-                                 cache_dir=tmp_path, database={})
+    demo = bare_resources(model, "demo", tmp_path / "c")
     assert soup_handlers.DEFAULT_PROMPT == "door →" and soup_handlers.DEFAULT_ANSWERS.split("\n") == ["porte", "doors", "portes"]
     fig, summary, table, data, *_ = soup_handlers.two_task(demo)
     rows = data["rows"]
