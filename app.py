@@ -6,7 +6,7 @@
 
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
 line): PICASO_MODEL, PICASO_CORPUS, PICASO_DATABASE, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
-PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_DTYPE, PICASO_ENCODE_ALL, PICASO_STORE, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
+PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_DTYPE, PICASO_ENCODE_ALL, PICASO_STORE, PICASO_TOUR_PREBUILD, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
 over its variable. Serving many visitors (--workers, --queue-size, --max-sessions, --compose-cache-mb, --threads;
 PICASO_WORKERS, PICASO_QUEUE_SIZE, PICASO_MAX_SESSIONS, PICASO_COMPOSE_CACHE_MB, PICASO_THREADS): docs/serving.md.
 
@@ -79,6 +79,9 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
     p.add_argument("--dtype", default=env.get("PICASO_DTYPE") or "float32", choices=DTYPES,
                    help="weights and activations; states stay float32 (bfloat16 halves a GPU's weight reads) "
                         "[PICASO_DTYPE]")
+    p.add_argument("--no-tour-prebuild", action="store_true", default=env.get("PICASO_TOUR_PREBUILD", "1") == "0",
+                   help="do not precompute the tour's steps in the background at start (a step is then computed "
+                   "when its Run it live is pressed; a soak measures the clicks alone) [PICASO_TOUR_PREBUILD=0]")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
     p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT") or env.get("PORT") or 7860),
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {message}") from None
     code.serve_address(args.host, args.port)  # the API snippets name the address served on
     demo = build_app(res)
-    tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
+    if not args.no_tour_prebuild:
+        tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     if not on_zerogpu():  # there the model runs only inside a handler lent a GPU (picaso_core.ui.gpu)

@@ -221,11 +221,13 @@ def test_compose_click_reports_cache_use_and_a_repeat_is_served_from_cache(res):
 
 
 def test_memory_stays_flat_under_a_scaled_soak(tiny_model_dir, tmp_path):
-    """240 /compose calls from 10 clients (half open a new session per call) against `python app.py`
+    """320 /compose calls from 10 clients (half open a new session per call) against `python app.py`
     with at most 40 sessions kept: the resident memory (read after the app trims its heap) over the
-    last 120 calls grows by at most 100 kB a call, fitted over the rounds: sessions kept without a
-    bound cost ~0.5 MB each, ~250 kB a call here; the full soak's bound (50 MB over the last 1,000
-    calls) is bench/soak.py's, too slow for the suite and noisier at this scale."""
+    last 160 calls grows by at most 150 kB a call, fitted over the rounds. Measured on 2 cores: 74
+    kB a call (still settling: 50 over calls 160-560), and 340 with sessions kept without a bound
+    (--max-sessions 10000), the fault this guards. The tour is not prebuilt: its background build
+    raised the early rounds' memory and hid the clicks' growth behind it (slope 60-100 at 240 calls).
+    The full soak's bound (50 MB over the last 1,000 calls) is bench/soak.py's, too slow for the suite."""
     sys.path.insert(0, str(ROOT / "bench"))
     from soak import soak
 
@@ -236,7 +238,7 @@ def test_memory_stays_flat_under_a_scaled_soak(tiny_model_dir, tmp_path):
     log = open(tmp_path / "app.log", "w")
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", str(tiny_model_dir), "--corpus",
                              str(corpus), "--cache-dir", str(tmp_path / "cache"), "--port", str(port),
-                             "--max-sessions", "40", "--queue-size", "0"],
+                             "--max-sessions", "40", "--queue-size", "0", "--no-tour-prebuild"],  # the clicks alone
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PICASO_TRIM_SECONDS": "1"})
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -249,14 +251,14 @@ def test_memory_stays_flat_under_a_scaled_soak(tiny_model_dir, tmp_path):
                 break
             except OSError:
                 time.sleep(0.5)
-        out = soak(url, proc.pid, load_corpus(str(corpus)).samples, clients=10, rounds=6, calls=40, serial=10,
+        out = soak(url, proc.pid, load_corpus(str(corpus)).samples, clients=10, rounds=8, calls=40, serial=10,
                    k=2, new_sessions=0.5, settle=1.5, progress=lambda msg: None)
     finally:
         proc.terminate()
         proc.wait(15)
         log.close()
     assert out["failures"] == 0, out["failure_kinds"]
-    assert out["slope_last_half_kb_per_call"] <= 100, (out["rss_mb"], out["slope_last_half_kb_per_call"])
+    assert out["slope_last_half_kb_per_call"] <= 150, (out["rss_mb"], out["slope_last_half_kb_per_call"])
 
 
 def test_a_process_that_starts_the_app_exits_cleanly_with_its_background_work_running(tmp_path):

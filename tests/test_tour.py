@@ -54,7 +54,7 @@ def tour_res(tiny_model_dir, tmp_path_factory):
 
 def test_every_step_is_served_from_the_cache_after_build_in_under_a_second(tour_res, fake_runners, tmp_path):
     before = _served(tour_res, 1, tmp_path)
-    assert before["cached"] is False and "precomputed in the background" in before["text"]
+    assert before["cached"] is False and "not precomputed on this server" in before["text"]  # no build started
     tour.build(tour_res, tmp_path, log=lambda s: None)
     for n, step in enumerate(STEPS, 1):
         t = time.perf_counter()
@@ -243,6 +243,15 @@ def test_tour_step_endpoint_through_gradio_client(tour_app):
         assert out["seconds"] < 1.0 and time.perf_counter() - t < 3.0
         assert out["cached"] is True and out["title"] == STEPS[n - 1].title and out["tab"] == STEPS[n - 1].tab
         assert set(out) >= {"title", "tab", "inputs", "text", "cached", "seconds"}
+
+
+def test_the_app_can_start_without_building_the_tour(monkeypatch):
+    import app
+
+    assert app.parse_args([]).no_tour_prebuild is False
+    assert app.parse_args(["--no-tour-prebuild"]).no_tour_prebuild is True
+    monkeypatch.setenv("PICASO_TOUR_PREBUILD", "0")
+    assert app.parse_args([]).no_tour_prebuild is True
 
 
 def test_a_missing_cache_is_built_in_the_background_and_the_step_says_so(tour_res, fake_runners, tmp_path,

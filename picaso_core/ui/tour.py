@@ -210,6 +210,8 @@ def ensure_built(res: Resources, cache_dir: str | Path | None = None) -> threadi
 
 def building_note(res: Resources, cache_dir: str | Path | None = None) -> str:
     status = _building.get(str(cache_file(res, cache_dir)), {})
+    if not status:  # never started: app.py --no-tour-prebuild
+        return "The tour's results are not precomputed on this server: press **Run it live** to compute this step now."
     if status.get("error"):
         return f"Precomputing the tour failed ({status['error']}); press **Run it live** to compute this step now."
     done = status.get("done")
