@@ -193,7 +193,8 @@ def app_main(monkeypatch):
 
 def app_argv(setup, folder, tmp_path, port=7893):
     return ["--model", setup["model_dir"], "--corpus", str(setup["corpus"]), "--store", str(folder),
-            "--cache-dir", str(tmp_path / "cache"), "--port", str(port)]
+            "--cache-dir", str(tmp_path / "cache"), "--port", str(port),
+            "--no-tour-prebuild"]  # a start's faults are under test, not the tour (minutes of background work)
 
 
 def experiments(setup, folder, tmp_path):
