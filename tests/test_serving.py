@@ -224,7 +224,7 @@ def test_memory_stays_flat_under_a_scaled_soak(tiny_model_dir, tmp_path):
     """320 /compose calls from 10 clients (half open a new session per call) against `python app.py`
     with at most 40 sessions kept: the resident memory (read after the app trims its heap) over the
     last 160 calls grows by at most 150 kB a call, fitted over the rounds. Measured on 2 cores: 74
-    kB a call (still settling: 50 over calls 160-560), and 340 with sessions kept without a bound
+    kB a call (still settling: 50 over calls 280-560), and 340 with sessions kept without a bound
     (--max-sessions 10000), the fault this guards. The tour is not prebuilt: its background build
     raised the early rounds' memory and hid the clicks' growth behind it (slope 60-100 at 240 calls).
     The full soak's bound (50 MB over the last 1,000 calls) is bench/soak.py's, too slow for the suite."""
