@@ -243,6 +243,17 @@ def test_app_start_repairs_a_truncated_shard_and_says_so(setup, tmp_path, capsys
     assert_equals_clean(setup, folder)
 
 
+def test_app_start_prebuilds_the_tour_unless_told_not_to(setup, tmp_path, app_main, monkeypatch):
+    from picaso_core.ui import tour
+
+    started = []
+    monkeypatch.setattr(tour, "ensure_built", lambda res, *a: started.append(res))
+    argv = app_argv(setup, copy_store(setup, tmp_path), tmp_path)
+    assert app_main(argv) and started == []  # --no-tour-prebuild
+    app_main([a for a in argv if a != "--no-tour-prebuild"])
+    assert len(started) == 1
+
+
 def test_experiments_cli_repairs_a_flipped_byte_before_its_sweep(setup, tmp_path, capsys):
     folder = copy_store(setup, tmp_path)
     name = damage(folder, "flip")
