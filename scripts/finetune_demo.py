@@ -122,21 +122,17 @@ def validate(args) -> dict:
     """fig. 4's gap per k (PICASO-R above Concat, % ± SE) of the base, the shipped model and every trained
     run in --work, on held-out samples val_first .. val_first + val_samples (no skills): the figures to choose
     a run by, on samples the report (the first 40) does not use."""
-    import hashlib
-
-    from picaso_core.engine.loading import resolve_model_folder
     from picaso_core.finetune import evaluate as FE
 
     models = {"base": args.base, "shipped": str(SHIP_DIR),
               **{n: str(Path(args.work) / n) for n in RUNS if (Path(args.work) / n / "model.safetensors").is_file()}}
     out = {}
     for name, where in models.items():
-        # cached per weights: a retrained run or a newly shipped model is evaluated again
-        digest = hashlib.sha1((resolve_model_folder(where) / "model.safetensors").read_bytes()).hexdigest()[:10]
-        folder = Path(args.work) / f"val-{args.val_first}-{args.val_samples}" / f"{name}-{digest}"
+        model = load_model(where)  # cached per weights: a retrained run or a newly shipped model is evaluated again
+        folder = Path(args.work) / f"val-{args.val_first}-{args.val_samples}" / f"{name}-{model.fingerprint()}"
         cached = folder / "result.json"
         row = json.loads(cached.read_text()) if cached.is_file() else FE.evaluate_model(
-            load_model(where), folder, args.val_samples, skills=False, progress=False, first=args.val_first)
+            model, folder, args.val_samples, skills=False, progress=False, first=args.val_first)
         g, f = row["fig4_gap"], row["fig4"]
         out[name] = {"ks": g["ks"], "gap_pct": g["gap_pct"], "gap_se_pct": g["gap_se_pct"],
                      "concat": f["loss"]["concat"], "picaso_r": f["loss"]["picaso_r"], "lm_loss": row["lm_loss"]}
