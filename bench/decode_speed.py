@@ -178,6 +178,47 @@ def click(model, args) -> None:
     return {"click_s": med, "click_per_method_scan_over_batched": a / b}
 
 
+@torch.no_grad()
+def graph_steps(model, batch, ids, args, floor) -> dict:
+    """The step as generate_batch runs it on a GPU (one CUDA-graph replay per token), each way side by
+    side: every kernel; the kernels but the fused decode-step ops (dt_step, conv_roll: the step as
+    it was before them); pure torch. Per way: median ms of a replay, and under torch.profiler the
+    GPU ops of one eager step and the GPU busy ms of one replay."""
+    from harness import gpu_profile
+
+    from picaso_core.engine import kernels
+    from picaso_core.engine.decode import _stepper
+
+    saved = kernels.setting()
+    ways = {"kernels (default)": (True, None),
+            "kernels, unfused step (no dt_step, conv_roll)": (True, set(kernels.OPS) - {"dt_step", "conv_roll"}),
+            "pure torch": (False, None)}
+    steps, out = {}, {}
+    try:
+        for way, (on, ops) in ways.items():
+            kernels.use_kernels(on, ops)
+            steps[way] = _stepper(model, batch)
+            steps[way](ids)  # captured and warm
+            bufs = list(layer_major(batch))
+            eager, replay = gpu_profile(lambda: model._step_(ids, *bufs)), gpu_profile(lambda: steps[way](ids))
+            out[way] = {"eager_gpu_ops": eager["gpu_ops"], "eager_busy_ms": eager["busy_ms"],
+                        "graph_gpu_ops": replay["gpu_ops"], "graph_busy_ms": replay["busy_ms"]}
+        kernels.use_kernels(*saved)
+        med = medians(interleaved({w: (lambda w=w: steps[w](ids)) for w in ways}, 5 * args.steps))
+    finally:
+        kernels.use_kernels(*saved)
+    for way in ways:
+        out[way]["graph_ms"] = med[way] * 1e3
+    base = med["kernels (default)"]
+    print(f"\n## the recurrent step as generate_batch runs it (CUDA graph, {args.rows} rows)\n")
+    print(table([[w, f"{med[w] * 1e3:.2f} ms", f"{med[w] / base:.2f}x", vs_limit(med[w], floor), o["eager_gpu_ops"],
+                  o["graph_gpu_ops"] or "not seen", f"{o['graph_busy_ms']:.2f} ms" if o["graph_gpu_ops"] else "-"]
+                 for w, o in out.items()],
+                ["way", "per step", "vs default", "vs the bandwidth floor", "GPU ops, eager step",
+                 "GPU ops, replay", "GPU busy, replay"]))
+    return out
+
+
 def main() -> None:
     ap = parser(__doc__, device="cpu", repeats=3, limit_flags=True)
     ap.add_argument("--shape", choices=["demo", *SHAPES], default="demo")
@@ -248,14 +289,8 @@ def main() -> None:
     figures = {"generate_s": med, "step_s": {L: {k: per_len[L, k] for k in ("step", "scan")} for L in lens},
                "greedy_outputs_identical": same}
     if args.device == "cuda":  # the step as generate_batch runs it: one CUDA-graph replay per token
-        from picaso_core.engine.decode import _stepper
-
-        with torch.no_grad():
-            step = _stepper(model, batch)
-            graphed = medians(interleaved({"graph": lambda: step(ids)}, 5 * args.steps))["graph"]
-        figures["graph_step_s"] = graphed
-        print(f"\nrecurrent step as generate_batch runs it (CUDA graph, {args.rows} rows, {lens[-1]} tokens before): "
-              f"{graphed * 1e3:.2f} ms, {vs_limit(graphed, floor)}")
+        figures["graph_step"] = graph_steps(model, batch, ids, args, floor)
+        figures["graph_step_s"] = figures["graph_step"]["kernels (default)"]["graph_ms"] / 1e3
     ratio = {"over_generate_batch": vs_batch, f"step_{hi}_over_{lo}": growth}
     if args.shape == "demo":
         click_figures = click(model, args)

@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import interleaved, medians, parse, parser, shape_model, table, write_json  # noqa: E402
+from harness import gpu_profile, interleaved, medians, parse, parser, shape_model, table, write_json  # noqa: E402
 
 from picaso_core import ContextState  # noqa: E402
 from picaso_core.engine import decode, graphs, kernels, scan  # noqa: E402
@@ -110,32 +110,6 @@ def accuracy(args) -> dict:
 
 
 # ---- profiling ------------------------------------------------------------------------------------
-LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaGraphLaunch",
-                "cudaMemcpyAsync", "cudaMemsetAsync")
-
-
-def profile(fn) -> dict:
-    """One call of fn (warm) under torch.profiler: kernels run on the GPU, launch calls made by
-    the host, GPU busy ms (the union of the kernels' intervals), wall ms of the profiled call."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile as tprofile
-
-    fn()
-    torch.cuda.synchronize()
-    with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    events = prof.events()
-    dev = sorted((e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA)
-    busy, end = 0.0, float("-inf")
-    for s, e in dev:
-        if e > end:
-            busy += e - max(s, end)
-            end = e
-    launches = sum(1 for e in events if e.device_type == DeviceType.CPU and e.name in LAUNCH_CALLS)
-    return {"gpu_ops": len(dev), "launch_calls": launches, "busy_ms": busy / 1e3}
-
-
 @torch.no_grad()
 def query(args) -> dict:
     res = {}
@@ -150,11 +124,11 @@ def query(args) -> dict:
         for way in WAYS:
             if way.startswith("kernels") and not kernels.installed()["ssd"]:
                 continue
-            fns[way] = (lambda w=way: (set_way(w), model.hidden_states(ids, states)))
+            fns[way] = (lambda w=way, m=model: (set_way(w), m.hidden_states(ids, states)))
         times = medians(interleaved(fns, args.repeats, warmup=3))
         name = str(dtype).split(".")[1]
         for way, fn in fns.items():
-            p = profile(fn)
+            p = gpu_profile(fn)
             p["wall_ms"] = times[way] * 1e3
             p["wall_over_busy"] = p["wall_ms"] / p["busy_ms"]
             res[f"{name}, {way}"] = p
@@ -249,7 +223,7 @@ def where(args, model) -> dict:
         rows = sorted((e for e in prof.key_averages() if e.device_time_total > 0),
                       key=lambda e: -e.self_device_time_total)[:18]
         out[way] = [{"op": e.key[:90], "calls": e.count, "gpu_ms": e.self_device_time_total / 1e3} for e in rows]
-        print(f"\n## One PICASO-R scoring call at the 2.7b shape, {way}: {profile(lambda: model.continuation_losses(q, c, [st]))}\n")
+        print(f"\n## One PICASO-R scoring call at the 2.7b shape, {way}: {gpu_profile(lambda: model.continuation_losses(q, c, [st]))}\n")
         print(table([[r["op"], r["calls"], f"{r['gpu_ms']:.2f}"] for r in out[way]], ["GPU op", "calls", "GPU ms (self)"]))
     return out
 

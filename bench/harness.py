@@ -212,3 +212,31 @@ def limits(device: str, dtype: str, args) -> tuple[float | None, float | None, s
 def vs_limit(t: float, floor_s: float | None) -> str:
     """'x.x x the limit' (how far a measured time `t` is above its physical floor)."""
     return f"{t / floor_s:.1f}x the limit ({floor_s * 1e3:.3f} ms)" if floor_s else "limit unknown"
+
+
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaGraphLaunch",
+                "cudaMemcpyAsync", "cudaMemsetAsync")
+
+
+def gpu_profile(fn) -> dict:
+    """One call of fn (warm) under torch.profiler: kernels run on the GPU, launch calls made by
+    the host, GPU busy ms (the union of the kernels' intervals). Kernels a CUDA graph replays are
+    counted where the profiler sees into the graph (CUPTI does on recent drivers)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    fn()
+    torch.cuda.synchronize()
+    with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = prof.events()
+    dev = sorted((e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA)
+    busy, end = 0.0, float("-inf")
+    for s, e in dev:
+        if e > end:
+            busy += e - max(s, end)
+            end = e
+    launches = sum(1 for e in events if e.device_type == DeviceType.CPU and e.name in LAUNCH_CALLS)
+    return {"gpu_ops": len(dev), "launch_calls": launches, "busy_ms": busy / 1e3}
