@@ -181,33 +181,47 @@ def click(model, args) -> None:
 @torch.no_grad()
 def graph_steps(model, batch, ids, args, floor) -> dict:
     """The step as generate_batch runs it on a GPU (one CUDA-graph replay per token), each way side by
-    side: every kernel; the kernels but the fused decode-step ops (dt_step, conv_roll: the step as
-    it was before them); pure torch. Per way: median ms of a replay, and under torch.profiler the
-    GPU ops of one eager step and the GPU busy ms of one replay."""
+    side: every kernel (conv_dt: the decode conv and the step sizes in one launch); conv_roll and
+    dt_step apart (the step before conv_dt); neither (before both); pure torch; the default with
+    cuBLASLt for the projections. Per way: median ms of a replay, and under torch.profiler the GPU
+    ops of one eager step and the GPU busy ms of one replay. Then where one eager step of the default
+    spends its GPU time, per kernel."""
     from harness import gpu_profile
 
     from picaso_core.engine import kernels
     from picaso_core.engine.decode import _stepper
 
-    saved = kernels.setting()
-    ways = {"kernels (default)": (True, None),
-            "kernels, unfused step (no dt_step, conv_roll)": (True, set(kernels.OPS) - {"dt_step", "conv_roll"}),
-            "pure torch": (False, None)}
+    saved, blas = kernels.setting(), torch.backends.cuda.preferred_blas_library()
+    every = set(kernels.OPS)
+    ways = {"kernels (default)": (True, None, None),
+            "kernels, conv_roll + dt_step (no conv_dt)": (True, every - {"conv_dt"}, None),
+            "kernels, unfused step (no conv_dt, dt_step, conv_roll)": (True, every - {"conv_dt", "dt_step", "conv_roll"}, None),
+            "pure torch": (False, None, None),
+            "kernels, cuBLASLt projections": (True, None, "cublaslt")}
     steps, out = {}, {}
     try:
-        for way, (on, ops) in ways.items():
+        for way, (on, ops, lib) in ways.items():
             kernels.use_kernels(on, ops)
+            if lib:
+                try:
+                    torch.backends.cuda.preferred_blas_library(lib)
+                except RuntimeError as e:  # a torch built without it
+                    print(f"{way}: skipped ({e})")
+                    continue
+                model.__dict__.pop("_decode_graphs", None)  # a new capture, with that library's kernels
             steps[way] = _stepper(model, batch)
             steps[way](ids)  # captured and warm
             bufs = list(layer_major(batch))
             eager, replay = gpu_profile(lambda: model._step_(ids, *bufs)), gpu_profile(lambda: steps[way](ids))
             out[way] = {"eager_gpu_ops": eager["gpu_ops"], "eager_busy_ms": eager["busy_ms"],
                         "graph_gpu_ops": replay["gpu_ops"], "graph_busy_ms": replay["busy_ms"]}
+            torch.backends.cuda.preferred_blas_library(blas)
         kernels.use_kernels(*saved)
-        med = medians(interleaved({w: (lambda w=w: steps[w](ids)) for w in ways}, 5 * args.steps))
+        med = medians(interleaved({w: (lambda w=w: steps[w](ids)) for w in steps}, 5 * args.steps))
     finally:
         kernels.use_kernels(*saved)
-    for way in ways:
+        torch.backends.cuda.preferred_blas_library(blas)
+    for way in steps:
         out[way]["graph_ms"] = med[way] * 1e3
     base = med["kernels (default)"]
     print(f"\n## the recurrent step as generate_batch runs it (CUDA graph, {args.rows} rows)\n")
@@ -216,7 +230,28 @@ def graph_steps(model, batch, ids, args, floor) -> dict:
                  for w, o in out.items()],
                 ["way", "per step", "vs default", "vs the bandwidth floor", "GPU ops, eager step",
                  "GPU ops, replay", "GPU busy, replay"]))
+    out["where"] = step_kernels(model, batch, ids)
     return out
+
+
+def step_kernels(model, batch, ids, top: int = 12) -> list[dict]:
+    """One eager step (the default kernels) under torch.profiler: GPU time and calls per kernel."""
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    bufs = list(layer_major(batch))
+    model._step_(ids, *bufs)
+    torch.cuda.synchronize()
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        model._step_(ids, *bufs)
+        torch.cuda.synchronize()
+    rows = sorted((e for e in prof.key_averages() if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
+    total = sum(e.self_device_time_total for e in rows)
+    res = [{"kernel": e.key[:80], "calls": e.count, "gpu_us": e.self_device_time_total,
+            "us_per_call": e.self_device_time_total / e.count} for e in rows[:top]]
+    print(f"\n## one eager step's GPU time per kernel (default kernels; {total / 1e3:.2f} ms in all)\n")
+    print(table([[r["kernel"], r["calls"], f"{r['gpu_us']:.0f}", f"{r['us_per_call']:.1f}"] for r in res],
+                ["kernel", "calls", "GPU µs", "µs per call"]))
+    return res
 
 
 def main() -> None:

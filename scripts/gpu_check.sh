@@ -8,7 +8,8 @@
 #
 # Everything it prints is also under $OUT (logs and JSON). The full CUDA build of causal-conv1d runs
 # in the background while the rest runs (NO_CONV_BUILD=1: not at all); its time is in
-# $OUT/conv_build.log when it finishes in time. BENCH_ARGS: extra flags of bench/gpu_core.py.
+# $OUT/conv_build.log when it finishes in time. BENCH_ARGS: extra flags of bench/gpu_core.py; NO_BENCH=1
+# skips it; DECODE_LENGTHS: the decode benchmark's --lengths.
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
@@ -63,12 +64,14 @@ MAMBA_DETERMINISTIC=1 timeout ${TEST_TIMEOUT:-180} $PY -m pytest -q -p no:cachep
 # 4. decode at the 2.7b shape, bfloat16, 7 rows
 stamp "bench/decode_speed.py"
 timeout ${DECODE_TIMEOUT:-150} $PY bench/decode_speed.py --shape mamba2-2.7b --device cuda --dtype bfloat16 --batched-only \
-  --lengths 16,4096 --repeats 3 --json "$OUT/decode_2.7b.json" 2>&1 | tee "$OUT/decode_2.7b.log"
+  --lengths ${DECODE_LENGTHS:-16,4096} --repeats 3 --json "$OUT/decode_2.7b.json" 2>&1 | tee "$OUT/decode_2.7b.log"
 
-# 5. the side-by-side benchmark (production autotuning)
-stamp "bench/gpu_core.py"
-timeout ${BENCH_TIMEOUT:-300} $PY bench/gpu_core.py --repeats ${REPEATS:-5} --json "$OUT/gpu_core.json" ${BENCH_ARGS:-} 2>&1 \
-  | tee "$OUT/gpu_core.log"
+# 5. the side-by-side benchmark (production autotuning; NO_BENCH=1: skipped)
+if [ -z "${NO_BENCH:-}" ]; then
+  stamp "bench/gpu_core.py"
+  timeout ${BENCH_TIMEOUT:-300} $PY bench/gpu_core.py --repeats ${REPEATS:-5} --json "$OUT/gpu_core.json" ${BENCH_ARGS:-} 2>&1 \
+    | tee "$OUT/gpu_core.log"
+fi
 
 # 6. the conv build, if it finished: install it and run the conv kernel tests
 stamp "causal-conv1d build: $(tail -1 "$OUT/conv_build.log" 2>/dev/null)"

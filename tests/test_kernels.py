@@ -39,17 +39,17 @@ def test_cpu_model_says_pure_torch():
 
 
 def test_describe_names_each_path(fake_kernels, monkeypatch):
-    assert kernels.describe("cuda", "Mamba2") == "kernels: ssd, step, norm, addnorm, conv, conv_step, dt_step, conv_roll"
-    # Mamba-1's prefill scan has no Triton kernel: it says so; dt_step is Mamba-2's
+    assert kernels.describe("cuda", "Mamba2") == "kernels: ssd, step, norm, addnorm, conv, conv_step, dt_step, conv_roll, conv_dt"
+    # Mamba-1's prefill scan has no Triton kernel: it says so; dt_step and conv_dt are Mamba-2's
     assert kernels.describe("cuda", "Mamba1") == ("kernels: step, addnorm, conv, conv_step, conv_roll; "
                                                   "Mamba-1 prefill scan: pure torch")
     monkeypatch.setitem(kernels._KERNELS, "conv", None)
     monkeypatch.setitem(kernels._KERNELS, "conv_step", None)
-    assert kernels.describe("cuda") == ("kernels: ssd, step, norm, addnorm, dt_step, conv_roll; pure torch: conv, "
+    assert kernels.describe("cuda") == ("kernels: ssd, step, norm, addnorm, dt_step, conv_roll, conv_dt; pure torch: conv, "
                                         "conv_step (causal-conv1d not installed)")
     kernels.use_kernels(True, {"ssd", "step"})
     assert kernels.describe("cuda") == ("kernels: ssd, step; pure torch: norm, addnorm, conv, conv_step, dt_step, "
-                                        "conv_roll (PICASO_KERNELS leaves it out; causal-conv1d not installed)")
+                                        "conv_roll, conv_dt (PICASO_KERNELS leaves it out; causal-conv1d not installed)")
     assert kernels.get("norm", torch.zeros(1).as_subclass(CudaLike)) is None
     assert kernels.get("ssd", torch.zeros(1).as_subclass(CudaLike)) is fake_kernels
     kernels.use_kernels(False)

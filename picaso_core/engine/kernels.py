@@ -15,6 +15,8 @@
                 (engine/triton_step.py, Mamba-2)
     conv_roll   the decode conv in one launch where            triton           none
                 causal-conv1d is absent (engine/triton_step.py)
+    conv_dt     the decode conv and dt_step in one launch      triton           none
+                (Mamba-2: preferred to both, and to conv_step)
 
 Mamba-1's prefill scan (mamba_ssm's selective_scan_cuda) exists only as a CUDA build and is not
 used: Mamba-1 prefill stays the pure-torch prefix scan.
@@ -55,7 +57,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-OPS = ("ssd", "step", "norm", "addnorm", "conv", "conv_step", "dt_step", "conv_roll")
+OPS = ("ssd", "step", "norm", "addnorm", "conv", "conv_step", "dt_step", "conv_roll", "conv_dt")
 _SOURCES = {  # op -> (module, attribute)
     "ssd": ("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined"),
     "step": ("mamba_ssm.ops.triton.selective_state_update", "selective_state_update"),
@@ -65,9 +67,11 @@ _SOURCES = {  # op -> (module, attribute)
     "conv_step": ("causal_conv1d", "causal_conv1d_update"),
     "dt_step": ("picaso_core.engine.triton_step", "dt_step"),
     "conv_roll": ("picaso_core.engine.triton_step", "conv_roll"),
+    "conv_dt": ("picaso_core.engine.triton_step", "conv_dt"),
 }
 PACKAGE = {"ssd": "mamba-ssm", "step": "mamba-ssm", "norm": "mamba-ssm", "addnorm": "mamba-ssm",
-           "conv": "causal-conv1d", "conv_step": "causal-conv1d", "dt_step": "triton", "conv_roll": "triton"}
+           "conv": "causal-conv1d", "conv_step": "causal-conv1d", "dt_step": "triton", "conv_roll": "triton",
+           "conv_dt": "triton"}
 
 
 def _parse(value: str) -> tuple[bool, frozenset[str]]:

@@ -136,13 +136,20 @@ class Mamba2Mixer(nn.Module):
         s, E, H = self.cfg.ssm_cfg, self.cfg.d_inner, self.cfg.nheads
         GN = s.ngroups * s.d_state
         z, xBC, dt = self.in_proj(u).split([E, E + 2 * GN, H], dim=-1)
-        xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
-        x, B, C = xBC.split([E, GN, GN], dim=-1)
-        fn = kernels.get("dt_step", u) if _no_limit(s.dt_limit) and log_decay.dtype == torch.float32 else None
-        # softplus, A and the log-decay in one launch
-        fused = kernels.run("dt_step", fn, dt, self.dt_bias, self.A_log, log_decay) if fn is not None else None
+        fusable = _no_limit(s.dt_limit) and log_decay.dtype == torch.float32
+        fn = kernels.get("conv_dt", u) if fusable else None  # the conv and the step sizes in one launch
+        fused = kernels.run("conv_dt", fn, xBC, conv_state, self.conv1d.weight, self.conv1d.bias, dt, self.dt_bias,
+                            self.A_log, log_decay) if fn is not None else None
         if fused is not None:
-            dt, A = fused
+            xBC, dt, A = fused
+        else:
+            xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
+            fn = kernels.get("dt_step", u) if fusable else None
+            # softplus, A and the log-decay in one launch
+            fused = kernels.run("dt_step", fn, dt, self.dt_bias, self.A_log, log_decay) if fn is not None else None
+        x, B, C = xBC.split([E, GN, GN], dim=-1)
+        if fused is not None:
+            dt, A = fused[-2:]
         else:
             dt = _limit(F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]), s.dt_limit)  # [b, H]
             A = -torch.exp(upcast(self.A_log)[0])  # [H]

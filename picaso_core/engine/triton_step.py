@@ -1,8 +1,8 @@
 """Two Triton kernels for the Mamba-2 decode step, where pure torch spends many tiny launches.
 
-On an H100 a CUDA-graph step of the 2.7b shape costs 6.44 ms against a 2.33 ms weight-read floor
-(docs/gpu.md): what is left is launches, ~20 per layer, most of them elementwise ops on a few
-thousand numbers. These two replace 15 of them per layer:
+On an H100 a CUDA-graph step of the 2.7b shape cost 6.44 ms against a 2.33 ms weight-read floor
+(docs/gpu.md): what was left was launches, ~20 per layer, most of them elementwise ops on a few
+thousand numbers. These replace 15 of them per layer:
 
     dt_step    softplus(dt + dt_bias) in float32, A = -exp(A_log), and the state's log-decay
                accumulated in place (log_decay += dt·A): 9 launches (two casts, add, softplus,
@@ -11,7 +11,11 @@ thousand numbers. These two replace 15 of them per layer:
                dotted with each channel's K taps in float32, + bias, SiLU, and the state rolled in
                place to end with x: 6 launches (cat, mul, sum, copy, add, silu) -> 1
 
-Both need only Triton (it comes with torch's CUDA wheels: no build). They run on CPU tensors
+    conv_dt    both in one launch (Mamba-2; the grid's last block per row does dt_step's work):
+               each layer's decode step then runs addnorm, in_proj, conv_dt, the state update, the
+               gated norm and out_proj
+
+All need only Triton (it comes with torch's CUDA wheels: no build). They run on CPU tensors
 under Triton's interpreter (TRITON_INTERPRET=1 set before this module is imported), which is how
 tests/test_triton_step.py checks them against the pure-torch reference without a GPU.
 """
@@ -26,9 +30,8 @@ SOFTPLUS_THRESHOLD = 20.0  # torch.nn.functional.softplus's: above it, softplus(
 
 
 @triton.jit
-def _dt_step_kernel(dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt, s_ld,
-                    BLOCK_H: tl.constexpr, THRESHOLD: tl.constexpr):
-    row = tl.program_id(0)
+def _dt_body(row, dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt, s_ld,
+             BLOCK_H: tl.constexpr, THRESHOLD: tl.constexpr):
     h = tl.arange(0, BLOCK_H)
     m = h < H
     raw = tl.load(dt_ptr + row * s_dt + h, mask=m, other=0.0).to(tl.float32) \
@@ -42,15 +45,26 @@ def _dt_step_kernel(dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt,
         tl.store(a_ptr + h, a, mask=m)
 
 
+@triton.jit
+def _dt_step_kernel(dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt, s_ld,
+                    BLOCK_H: tl.constexpr, THRESHOLD: tl.constexpr):
+    _dt_body(tl.program_id(0), dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt, s_ld, BLOCK_H, THRESHOLD)
+
+
+def _check_dt(dt: torch.Tensor, log_decay: torch.Tensor) -> None:
+    H = dt.shape[1]
+    if dt.stride(1) != 1 or log_decay.dtype != torch.float32 or log_decay[0].numel() != H \
+            or (H > 1 and log_decay.stride(1) != 1):
+        raise ValueError("dt_step: dt [b, H] with contiguous rows and a float32 log_decay of H contiguous entries per row")
+
+
 def dt_step(dt: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor,
             log_decay: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """dt [b, H] (the projection's raw step sizes, any float dtype), dt_bias and A_log [H];
     log_decay: a float32 tensor of b rows whose H entries are contiguous ([b, H] or [b, H, 1, 1]),
     += dt·A IN PLACE. Returns (softplus(dt + dt_bias) [b, H] float32, A = -exp(A_log) [H] float32)."""
     b, H = dt.shape
-    if dt.stride(1) != 1 or log_decay.dtype != torch.float32 or log_decay[0].numel() != H \
-            or (H > 1 and log_decay.stride(1) != 1):
-        raise ValueError("dt_step: dt [b, H] with contiguous rows and a float32 log_decay of H contiguous entries per row")
+    _check_dt(dt, log_decay)
     out = torch.empty(b, H, dtype=torch.float32, device=dt.device)
     A = torch.empty(H, dtype=torch.float32, device=dt.device)
     _dt_step_kernel[(b,)](dt, dt_bias, A_log, log_decay, out, A, H, dt.stride(0), log_decay.stride(0),
@@ -59,10 +73,9 @@ def dt_step(dt: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor,
 
 
 @triton.jit
-def _conv_roll_kernel(x_ptr, st_ptr, w_ptr, b_ptr, y_ptr, C, s_x, s_sb, s_sc, s_sk, s_wc, s_wk, s_y,
-                      KM1: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
-    row = tl.program_id(0)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+def _conv_body(row, blk, x_ptr, st_ptr, w_ptr, b_ptr, y_ptr, C, s_x, s_sb, s_sc, s_sk, s_wc, s_wk, s_y,
+               KM1: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
+    c = blk * BLOCK_C + tl.arange(0, BLOCK_C)
     m = c < C
     xv = tl.load(x_ptr + row * s_x + c, mask=m, other=0.0)
     acc = xv.to(tl.float32) * tl.load(w_ptr + c * s_wc + KM1 * s_wk, mask=m, other=0.0).to(tl.float32)
@@ -79,19 +92,68 @@ def _conv_roll_kernel(x_ptr, st_ptr, w_ptr, b_ptr, y_ptr, C, s_x, s_sb, s_sc, s_
     tl.store(y_ptr + row * s_y + c, y, mask=m)
 
 
-def conv_roll(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """One token of the depthwise causal conv: x [b, C]; conv_state [b, C, K-1] (the last K-1 inputs,
-    oldest first; any strides, any float dtype) rolled IN PLACE to end with x; weight [C, 1, K] or
-    [C, K]; bias [C] or None. Returns SiLU(conv) [b, C] in x's dtype (accumulated in float32)."""
+@triton.jit
+def _conv_roll_kernel(x_ptr, st_ptr, w_ptr, b_ptr, y_ptr, C, s_x, s_sb, s_sc, s_sk, s_wc, s_wk, s_y,
+                      KM1: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
+    _conv_body(tl.program_id(0), tl.program_id(1), x_ptr, st_ptr, w_ptr, b_ptr, y_ptr, C, s_x, s_sb, s_sc, s_sk,
+               s_wc, s_wk, s_y, KM1, HAS_BIAS, BLOCK_C)
+
+
+@triton.jit
+def _conv_dt_kernel(x_ptr, st_ptr, w_ptr, b_ptr, y_ptr, C, s_x, s_sb, s_sc, s_sk, s_wc, s_wk, s_y,
+                    dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt, s_ld, N_CONV_BLOCKS,
+                    KM1: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr,
+                    BLOCK_H: tl.constexpr, THRESHOLD: tl.constexpr):
+    row, blk = tl.program_id(0), tl.program_id(1)
+    if blk < N_CONV_BLOCKS:
+        _conv_body(row, blk, x_ptr, st_ptr, w_ptr, b_ptr, y_ptr, C, s_x, s_sb, s_sc, s_sk, s_wc, s_wk, s_y,
+                   KM1, HAS_BIAS, BLOCK_C)
+    else:  # the row's last block: the step sizes
+        _dt_body(row, dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt, s_ld, BLOCK_H, THRESHOLD)
+
+
+def _conv_args(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               name: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Check conv_roll's layouts; returns (weight as [C, K], y, BLOCK_C)."""
     b, C = x.shape
     w = weight.reshape(C, -1)
     K = w.shape[1]
     if K < 2 or conv_state.shape[1:] != (C, K - 1) or x.stride(1) != 1:
-        raise ValueError(f"conv_roll: x [b, C] with contiguous rows, conv_state [b, C, K-1] and weight [C, K]; got "
+        raise ValueError(f"{name}: x [b, C] with contiguous rows, conv_state [b, C, K-1] and weight [C, K]; got "
                          f"{tuple(x.shape)}, {tuple(conv_state.shape)}, {tuple(weight.shape)}")
-    y = torch.empty_like(x)
-    BLOCK_C = min(1024, triton.next_power_of_2(C))
+    return w, torch.empty_like(x), min(1024, triton.next_power_of_2(C))
+
+
+def conv_roll(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """One token of the depthwise causal conv: x [b, C]; conv_state [b, C, K-1] (the last K-1 inputs,
+    oldest first; any strides, any float dtype) rolled IN PLACE to end with x; weight [C, 1, K] or
+    [C, K]; bias [C] or None. Returns SiLU(conv) [b, C] in x's dtype (accumulated in float32)."""
+    w, y, BLOCK_C = _conv_args(x, conv_state, weight, bias, "conv_roll")
+    b, C = x.shape
     _conv_roll_kernel[(b, triton.cdiv(C, BLOCK_C))](
         x, conv_state, w, bias if bias is not None else w, y, C, x.stride(0), *conv_state.stride(), *w.stride(), y.stride(0),
-        KM1=K - 1, HAS_BIAS=bias is not None, BLOCK_C=BLOCK_C)
+        KM1=w.shape[1] - 1, HAS_BIAS=bias is not None, BLOCK_C=BLOCK_C)
     return y
+
+
+def conv_dt(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+            dt: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor,
+            log_decay: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`conv_roll(x, conv_state, weight, bias)` and `dt_step(dt, dt_bias, A_log, log_decay)` in one
+    launch (arguments and effects as theirs; the rows of x and dt agree). Returns (SiLU(conv) [b, C],
+    softplus(dt + dt_bias) [b, H] float32, A [H] float32)."""
+    w, y, BLOCK_C = _conv_args(x, conv_state, weight, bias, "conv_dt")
+    b, C = x.shape
+    H = dt.shape[1]
+    _check_dt(dt, log_decay)
+    if dt.shape[0] != b:
+        raise ValueError(f"conv_dt: x and dt have different rows ({b} and {dt.shape[0]})")
+    out = torch.empty(b, H, dtype=torch.float32, device=dt.device)
+    A = torch.empty(H, dtype=torch.float32, device=dt.device)
+    n = triton.cdiv(C, BLOCK_C)
+    _conv_dt_kernel[(b, n + 1)](
+        x, conv_state, w, bias if bias is not None else w, y, C, x.stride(0), *conv_state.stride(), *w.stride(), y.stride(0),
+        dt, dt_bias, A_log, log_decay, out, A, H, dt.stride(0), log_decay.stride(0), n,
+        KM1=w.shape[1] - 1, HAS_BIAS=bias is not None, BLOCK_C=BLOCK_C,
+        BLOCK_H=triton.next_power_of_2(H), THRESHOLD=SOFTPLUS_THRESHOLD)
+    return y, out, A
