@@ -80,7 +80,7 @@ def test_scan_pass_forms_agree_on_gpu():
 
 # ---- each kernel path against the float64 pure-torch reference ------------------------------------
 # Tolerances are on ‖kernel − reference‖ / ‖reference‖ over the whole output, measured on an H100
-# (bench/gpu_core.py prints them; docs/engine.md has the table). The SSD kernel's matmuls run at
+# (bench/gpu_core.py prints them; docs/gpu.md has the table). The SSD kernel's matmuls run at
 # TF32 in float32 (Triton's default for a float32 dot), so float32 gets a TF32-level bound, not a
 # float32 one; in bfloat16 the inputs, and the outputs the kernels return in the model dtype,
 # carry bfloat16's 2^-8 rounding. The one-token update and the norm are elementwise float32 inside.
