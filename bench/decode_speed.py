@@ -311,7 +311,8 @@ def main() -> None:
     print(f"\n## ms per decode step ({args.rows} rows) vs tokens read before\n")
     print(table([[L, f"{per_len[L, 'step'] * 1e3:.2f} ms", f"{per_len[L, 'scan'] * 1e3:.2f} ms",
                   vs_limit(per_len[L, "step"], floor)] for L in lens],
-                ["tokens before", "recurrent step", "scan path, 1-token forward", "step vs the bandwidth floor"]))
+                ["tokens before", "recurrent step" + (" (eager: host-bound on a GPU; the graph replay below)" if args.device == "cuda" else ""),
+                 "scan path, 1-token forward", "step vs the bandwidth floor"]))
     lo, hi = lens[0], lens[-1]
     growth = {"step_medians": per_len[hi, "step"] / per_len[lo, "step"],
               "step_minima": best[hi, "step"] / best[lo, "step"],
