@@ -120,6 +120,9 @@ def test_bad_layouts_are_refused(T):
         T.conv_roll(torch.zeros(2, 8), torch.zeros(2, 8, 5), torch.zeros(8, 1, 4), None)
     with pytest.raises(ValueError, match="dt_step"):
         T.dt_step(torch.zeros(2, 8), torch.zeros(8), torch.zeros(8), torch.zeros(2, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="conv_dt: dt"):  # a float64 log-decay
+        T.conv_dt(torch.zeros(2, 8), torch.zeros(2, 8, 3), torch.zeros(8, 1, 4), None,
+                  torch.zeros(2, 4), torch.zeros(4), torch.zeros(4), torch.zeros(2, 4, dtype=torch.float64))
     with pytest.raises(ValueError, match="conv_dt: x and dt have different rows"):
         T.conv_dt(torch.zeros(2, 8), torch.zeros(2, 8, 3), torch.zeros(8, 1, 4), None,
                   torch.zeros(3, 4), torch.zeros(4), torch.zeros(4), torch.zeros(3, 4))

@@ -52,11 +52,11 @@ def _dt_step_kernel(dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt,
     _dt_body(tl.program_id(0), dt_ptr, bias_ptr, alog_ptr, ld_ptr, out_ptr, a_ptr, H, s_dt, s_ld, BLOCK_H, THRESHOLD)
 
 
-def _check_dt(dt: torch.Tensor, log_decay: torch.Tensor) -> None:
+def _check_dt(dt: torch.Tensor, log_decay: torch.Tensor, name: str = "dt_step") -> None:
     H = dt.shape[1]
     if dt.stride(1) != 1 or log_decay.dtype != torch.float32 or log_decay[0].numel() != H \
             or (H > 1 and log_decay.stride(1) != 1):
-        raise ValueError("dt_step: dt [b, H] with contiguous rows and a float32 log_decay of H contiguous entries per row")
+        raise ValueError(f"{name}: dt [b, H] with contiguous rows and a float32 log_decay of H contiguous entries per row")
 
 
 def dt_step(dt: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor,
@@ -146,7 +146,7 @@ def conv_dt(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bia
     w, y, BLOCK_C = _conv_args(x, conv_state, weight, bias, "conv_dt")
     b, C = x.shape
     H = dt.shape[1]
-    _check_dt(dt, log_decay)
+    _check_dt(dt, log_decay, "conv_dt")
     if dt.shape[0] != b:
         raise ValueError(f"conv_dt: x and dt have different rows ({b} and {dt.shape[0]})")
     out = torch.empty(b, H, dtype=torch.float32, device=dt.device)
