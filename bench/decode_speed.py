@@ -216,7 +216,6 @@ def graph_steps(model, batch, ids, args, floor) -> dict:
             out[way] = {"eager_gpu_ops": eager["gpu_ops"], "eager_busy_ms": eager["busy_ms"],
                         "graph_gpu_ops": replay["gpu_ops"], "graph_busy_ms": replay["busy_ms"]}
             torch.backends.cuda.preferred_blas_library(blas)
-        kernels.use_kernels(*saved)
         med = medians(interleaved({w: (lambda w=w: steps[w](ids)) for w in steps}, 5 * args.steps))
     finally:
         kernels.use_kernels(*saved)

@@ -28,7 +28,8 @@ from picaso_core.engine import graphs, kernels
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.decode import generate_batch
 from picaso_core.engine.losses import token_nll
-from picaso_core.engine.scan import causal_conv, conv_step, selective_scan, ssd_scan, state_update, upcast
+from picaso_core.engine.scan import (causal_conv, conv_step, dt_softplus, selective_scan, ssd_scan, state_update,
+                                     step_sizes, unlimited, upcast)
 from picaso_core.engine.state import ContextState, layer_major
 
 
@@ -64,16 +65,6 @@ class GatedRMSNorm(nn.Module):
         yg = y.unflatten(-1, (-1, self.group_size))  # [..., G, E/G]
         yg = yg * torch.rsqrt(yg.pow(2).mean(-1, keepdim=True) + self.eps)
         return yg.flatten(-2).to(dtype) * self.weight
-
-
-def _no_limit(limit: tuple[float, float]) -> bool:
-    """Whether mamba_ssm's dt_limit holds for any softplus (the default (0, inf))."""
-    return limit[0] <= 0 and limit[1] == math.inf
-
-
-def _limit(dt: Tensor, limit: tuple[float, float]) -> Tensor:
-    """dt clamped to mamba_ssm's dt_limit; no op at the default."""
-    return dt if _no_limit(limit) else dt.clamp(*limit)
 
 
 def _inv_softplus_dt(cfg: ModelConfig, n: int) -> Tensor:
@@ -114,7 +105,7 @@ class Mamba2Mixer(nn.Module):
                                       conv_state, lengths)
         x, B, C = xBC.transpose(1, 2).split([E, GN, GN], dim=-1)
         # 3. step sizes; dt = 0 on padding makes the step the identity (decay 1, nothing written)
-        dt = _limit(F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]), s.dt_limit)  # float32 decay math
+        dt = dt_softplus(dt, self.dt_bias, s.dt_limit)  # float32 decay math
         if lengths is not None:
             dt = dt * (torch.arange(t, device=u.device)[None, :] < lengths[:, None])[..., None]
         A = -torch.exp(upcast(self.A_log)[0])  # [H]
@@ -136,7 +127,7 @@ class Mamba2Mixer(nn.Module):
         s, E, H = self.cfg.ssm_cfg, self.cfg.d_inner, self.cfg.nheads
         GN = s.ngroups * s.d_state
         z, xBC, dt = self.in_proj(u).split([E, E + 2 * GN, H], dim=-1)
-        fusable = _no_limit(s.dt_limit) and log_decay.dtype == torch.float32
+        fusable = unlimited(s.dt_limit) and log_decay.dtype == torch.float32  # as step_sizes' dt_step
         fn = kernels.get("conv_dt", u) if fusable else None  # the conv and the step sizes in one launch
         fused = kernels.run("conv_dt", fn, xBC, conv_state, self.conv1d.weight, self.conv1d.bias, dt, self.dt_bias,
                             self.A_log, log_decay) if fn is not None else None
@@ -144,16 +135,8 @@ class Mamba2Mixer(nn.Module):
             xBC, dt, A = fused
         else:
             xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
-            fn = kernels.get("dt_step", u) if fusable else None
-            # softplus, A and the log-decay in one launch
-            fused = kernels.run("dt_step", fn, dt, self.dt_bias, self.A_log, log_decay) if fn is not None else None
+            dt, A = step_sizes(dt, self.dt_bias, self.A_log, s.dt_limit, log_decay)
         x, B, C = xBC.split([E, GN, GN], dim=-1)
-        if fused is not None:
-            dt, A = fused[-2:]
-        else:
-            dt = _limit(F.softplus(upcast(dt)[0] + upcast(self.dt_bias)[0]), s.dt_limit)  # [b, H]
-            A = -torch.exp(upcast(self.A_log)[0])  # [H]
-            log_decay += (dt * A).view(log_decay.shape)  # A(u x) = A(x) A(u)
         # h = exp(dt A) h + dt B x;  y = C h   (Mamba-2 paper eq. 1, a scalar A per head)
         y = state_update(ssm_state, x.view(b, H, s.headdim), dt, A, B.view(b, s.ngroups, s.d_state),
                          C.view(b, s.ngroups, s.d_state), D=self.D)  # + D x

@@ -22,6 +22,8 @@ given float64 (gradcheck); the caller casts outputs back to the model dtype.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -314,6 +316,32 @@ def conv_step(x: Tensor, weight: Tensor, bias: Tensor | None, conv_state: Tensor
     y = (window * weight[:, 0]).sum(-1)
     conv_state.copy_(window[..., 1:])
     return F.silu(y + bias if bias is not None else y)
+
+
+def unlimited(dt_limit: tuple[float, float]) -> bool:
+    """Whether mamba_ssm's dt_limit holds for any softplus (the default (0, inf))."""
+    return dt_limit[0] <= 0 and dt_limit[1] == math.inf
+
+
+def dt_softplus(dt: Tensor, dt_bias: Tensor, dt_limit: tuple[float, float]) -> Tensor:
+    """Mamba-2's step sizes softplus(dt + dt_bias) in float32 (the decay math), clamped to mamba_ssm's
+    dt_limit (no op at the default)."""
+    dt = F.softplus(upcast(dt)[0] + upcast(dt_bias)[0])
+    return dt if unlimited(dt_limit) else dt.clamp(*dt_limit)
+
+
+def step_sizes(dt: Tensor, dt_bias: Tensor, A_log: Tensor, dt_limit: tuple[float, float],
+               log_decay: Tensor) -> tuple[Tensor, Tensor]:
+    """One decode step's dt = `dt_softplus` [b, H] and A = -exp(A_log) [H] (float32), with
+    log_decay += dt·A IN PLACE. On CUDA, the dt_step kernel (one launch instead of nine)."""
+    fn = kernels.get("dt_step", dt) if unlimited(dt_limit) and log_decay.dtype == torch.float32 else None
+    fused = kernels.run("dt_step", fn, dt, dt_bias, A_log, log_decay) if fn is not None else None
+    if fused is not None:
+        return fused
+    dt = dt_softplus(dt, dt_bias, dt_limit)  # [b, H]
+    A = -torch.exp(upcast(A_log)[0])  # [H]
+    log_decay += (dt * A).view(log_decay.shape)  # A(u x) = A(x) A(u)
+    return dt, A
 
 
 # Bytes of SSM state one block of the CPU update touches: a block is scaled, accumulated and read
