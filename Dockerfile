@@ -48,7 +48,7 @@ COPY --chown=user . .
 # Encode the whole demo state store into the image (~40 s on 2 cores), so no visitor waits for an
 # encoding. The app would also start without it (contexts are then encoded on first use); with
 # another PICASO_MODEL / PICASO_CORPUS that is what happens, into PICASO_CACHE.
-RUN HF_HUB_OFFLINE=1 python -c "from picaso_core.ui.resources import load_resources; load_resources('demo', 'demo', encode_all=True)"
+RUN HF_HUB_OFFLINE=1 python -c "from picaso_core.session import load_resources; load_resources('demo', 'demo', encode_all=True)"
 # Compile UMAP's numba code into the image too (numba's cache in the user's home: ~40 s here once),
 # so the State soup tab's first UMAP map loads it in seconds on any x86-64 CPU (NUMBA_CPU_NAME above;
 # picaso_core/analysis/soup_projection.py, _cache_umap_numba).

@@ -10,9 +10,9 @@ PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_DTYPE, PICASO_ENCODE_ALL, PICASO_STOR
 over its variable. Serving many visitors (--workers, --queue-size, --max-sessions, --compose-cache-mb, --threads;
 PICASO_WORKERS, PICASO_QUEUE_SIZE, PICASO_MAX_SESSIONS, PICASO_COMPOSE_CACHE_MB, PICASO_THREADS): docs/serving.md.
 
-The model, corpus, state store and retriever load once (picaso_core.ui.resources) and are shared
+The model, corpus, state store and retriever load once (picaso_core.session) and are shared
 read-only by every user; per-user data lives in gr.State inside the tabs. Each tab is a module of
-picaso_core.ui, rendered here in the order a talk walks through them.
+picaso_core.ui.tabs, rendered here in the order a talk walks through them.
 """
 
 from __future__ import annotations
@@ -24,29 +24,33 @@ import os
 import gradio as gr
 
 from picaso_core.engine.loading import check_device
-from picaso_core.ui import (attribution_tab, benchmarks_tab, code, coffee_tab, compose_tab, finetune_tab,
-                            landscape_tab, primer_tab, serving, soup_tab, tour, tour_ui)
-from picaso_core.ui.gpu import on_zerogpu
-from picaso_core.ui.layout import CSS, JS, THEME, header
-from picaso_core.ui.resources import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources,
-                                      fault_message, load_resources)
-from picaso_core.ui.tour_links import tab_key
+from picaso_core.session import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources, fault_message,
+                                 load_resources)
+from picaso_core.ui import code
+from picaso_core.ui.layout import CSS, JS, THEME, header, page_loads
+from picaso_core.ui.server import serving
+from picaso_core.ui.server.gpu import on_zerogpu
+from picaso_core.ui.tabs import (attribution, benchmarks, coffee, compose, compose_runs, finetune, landscape, primer,
+                                 soup)
+from picaso_core.ui.tour import cache as tour
+from picaso_core.ui.tour import controls as tour_controls
+from picaso_core.ui.tour.links import tab_key
 
-TABS = (compose_tab, soup_tab, landscape_tab, attribution_tab, benchmarks_tab, finetune_tab, primer_tab, coffee_tab)
+TABS = (compose, soup, landscape, attribution, benchmarks, finetune, primer, coffee)
 
 
 def build_app(res: Resources) -> gr.Blocks:
     with gr.Blocks(title="PICASO Explorer") as demo:
         header(res)
-        talk = tour_ui.render_controls(res)  # Start the tour, Copy link, Large text; the tour bar
+        talk = tour_controls.render_controls(res)  # Start the tour, Copy link, Large text; the tour bar
         blocks = {}
         with gr.Tabs() as tabs:
             for tab in TABS:
                 key = tab_key(tab.TITLE)
                 with gr.Tab(tab.TITLE, id=key) as blocks[key]:
-                    tab.render(res)
-                    tour_ui.render_exports(res, key, blocks[key])
-        tour_ui.wire(demo, res, talk, tabs, blocks)
+                    page_loads(demo, tab.render(res))  # a tab's opening values come with the page's load
+                    tour_controls.render_exports(res, key, blocks[key])
+        tour_controls.wire(demo, res, talk, tabs, blocks)
     serving.lazy_figures(demo)  # prebuilt figures come with the page's load, not inside /config
     return demo
 
@@ -131,11 +135,12 @@ def main(argv: list[str] | None = None) -> None:
         tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    if not on_zerogpu():  # there the model runs only inside a handler lent a GPU (picaso_core.ui.gpu)
-        serving.in_background(compose_tab.warm, res)  # the example every visitor clicks first, scored ahead
-    # one pool of --workers for every model-bound event, a queue of --queue-size (picaso_core.ui.serving)
+    if not on_zerogpu():  # there the model runs only inside a handler lent a GPU (picaso_core.ui.server.gpu)
+        serving.in_background(compose.warm, res)  # the example every visitor clicks first, scored ahead
+    # one pool of --workers for every model-bound event, a queue of --queue-size (picaso_core.ui.server)
     limits = serving.serve(demo, workers=args.workers, queue_size=args.queue_size, max_sessions=args.max_sessions,
-                           cache_mb=args.compose_cache_mb, threads=args.threads)
+                           threads=args.threads)
+    compose_runs.set_budget(args.compose_cache_mb)  # the Compose tab's composed-state cache
     demo.launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=JS, show_error=True, **limits)
 
 

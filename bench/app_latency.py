@@ -182,7 +182,7 @@ def bench_build(model_name: str, corpus: str, split: str, cache: Path, device: s
     from picaso_core.engine.loading import load_model
     from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, embeddings_path
     from picaso_core.store.store import StateStore
-    from picaso_core.ui.resources import CONTEXT_SUFFIX, store_folder
+    from picaso_core.session import CONTEXT_SUFFIX, store_folder
 
     model = load_model(model_name, device=device)
     model.name_or_path = model_name

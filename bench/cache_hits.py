@@ -56,7 +56,7 @@ def main() -> None:
     from picaso_core.analysis.compose_cache import ComposeCache, ResultCache
     from picaso_core.engine.state import ContextState
     from picaso_core.ui.pickers import EXAMPLES_SHOWN
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.session import load_resources
 
     res = load_resources(args.model, args.corpus, args.split, log=lambda m: None)
     shapes = res.model.config.state_shapes()

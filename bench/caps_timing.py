@@ -29,8 +29,10 @@ def main(argv=None) -> None:
     args = parse(ap, argv)
     which = args.parts or list(PARTS)
 
-    from picaso_core.ui import attribution_tab as A, compose_tab as C, soup_handlers as S
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.ui.tabs import attribution as A
+    from picaso_core.ui.tabs import compose as C
+    from picaso_core.ui.tabs import soup_handlers as S
+    from picaso_core.session import load_resources
 
     figures = {}
 
@@ -81,7 +83,7 @@ def main(argv=None) -> None:
         q4000, c4000 = chars(4000), chars(4000)
         print("compose query tokens", len(tok.encode(q4000)), "continuation", len(tok.encode(c4000)), flush=True)
         tm("compose 4000-char query + 4000-char continuation, k=10, 64 new tokens",
-           lambda: C.run_compose(res, q4000, c4000, 10, max_new_tokens=C.MAX_NEW_TOKENS))
+           lambda: C.run_compose(res, C.ComposeRequest.of(res, q4000, c4000, 10, max_new_tokens=C.MAX_NEW_TOKENS)))
     if "soup" in which:
         lines = [f"{w} → {w[::-1]}" for w in words]
         demos = "\n".join(lines[:S.MAX_DEMO_LINES])

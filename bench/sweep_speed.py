@@ -1,6 +1,6 @@
 """The experiments' main sweep, every state built on its own vs shared prefixes, side by side.
 
-`python -m picaso_core.analysis.experiments` builds, for each sample and k = 1..10, Concat (k - 1 contexts
+`python -m picaso_core.experiments` builds, for each sample and k = 1..10, Concat (k - 1 contexts
 after the first one's stored state) and PICConcat-R (k rotations of all k contexts: k² contexts).
 With `--timed-samples N` only the first N samples do so (their times feed fig. 3 right and fig.
 5); the others build both for all their k at once from shared prefixes

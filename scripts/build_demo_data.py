@@ -93,7 +93,7 @@ def tokenizer_texts(seed: int) -> list[str]:
 
 def write_embeddings(data_dir: Path) -> None:
     """all-MiniLM-L6-v2 embeddings of each split's database, where the app looks for them
-    (picaso_core.ui.resources.shipped_embeddings)."""
+    (picaso_core.session.shipped_embeddings)."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -5,7 +5,7 @@
 
 Damages copies of a small store (the demo model over a few demo samples) and a set of bad corpus
 files, then runs the real commands as an operator would, each in its own process: `python app.py`,
-`python -m picaso_core.store build` (and `check`), `python -m picaso_core.analysis.experiments`.
+`python -m picaso_core.store build` (and `check`), `python -m picaso_core.experiments`.
 For each it records the exit code, the lines on stderr that are not progress bars, whether a
 Traceback appeared, and the first message line. A read-only store is bind-mounted read-only for
 the command (`unshare -m`, needs root; else those rows are skipped).
@@ -92,7 +92,7 @@ def commands(corpus: Path, store: Path, cache: Path, out: Path, port: int) -> di
         "store build": [py, "-m", "picaso_core.store", "build", "--model", "demo", "--corpus", str(corpus),
                         "--out", str(store)],
         "store check": [py, "-m", "picaso_core.store", "check", str(store)],
-        "experiments": [py, "-m", "picaso_core.analysis.experiments", "--model", "demo", "--corpus", str(corpus),
+        "experiments": [py, "-m", "picaso_core.experiments", "--model", "demo", "--corpus", str(corpus),
                         "--store", str(store), "--out", str(out), "--samples", "1", "--ks", "2", "--methods",
                         "concat", "--qa", "none", "--long-ks", "none", "--retrievers", "none",
                         "--timing-tokens", "none"],

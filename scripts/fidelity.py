@@ -163,7 +163,7 @@ def picaso() -> list[Claim]:
     b = load("bench")
     # the run's own arguments under the experiments CLI's module path (the summary keeps the module name
     # it ran as; the page shows the command that runs today, as tests/test_architecture.py checks)
-    bcmd = "python -m picaso_core.analysis.experiments " + need(b, "meta", "command", file="bench").split(" ", 3)[3]
+    bcmd = "python -m picaso_core.experiments " + need(b, "meta", "command", file="bench").split(" ", 3)[3]
     avg = need(b, "main", "gains", "avg", file="bench")
     out = []
     order_p = sorted(PICASO_GAIN, key=PICASO_GAIN.get)

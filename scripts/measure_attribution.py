@@ -37,7 +37,7 @@ from picaso_core import load_model  # noqa: E402
 from picaso_core.analysis.attribution import LOO_METHODS, PAPER_TABLE4, attribution_precision, summarize_precision  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
-from picaso_core.ui.resources import CONTEXT_SUFFIX  # noqa: E402
+from picaso_core.session import CONTEXT_SUFFIX  # noqa: E402
 
 
 def all_kept(args) -> None:

@@ -42,8 +42,8 @@ def main(argv=None) -> None:
     from picaso_core.compose import compose
     from picaso_core.analysis.landscape import PlaneGeometry, plane
     from picaso_core.analysis.landscape_fig2 import fig2_anchors
-    from picaso_core.ui import landscape_tab as tab
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.ui.tabs import landscape as tab
+    from picaso_core.session import load_resources
 
     res = load_resources(args.model, args.corpus, log=lambda m: None)
     ids = tab.average_ids(res)

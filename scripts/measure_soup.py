@@ -35,7 +35,8 @@ from picaso_core import load_model
 from picaso_core.analysis import soup, soup_mixing, soup_projection  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
-from picaso_core.ui import soup_handlers, soup_lab  # noqa: E402
+from picaso_core.ui.tabs import soup_handlers
+from picaso_core.ui.tabs import soup_lab
 
 KS = (1, 2, 4, 8, 16)
 

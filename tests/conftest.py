@@ -94,7 +94,7 @@ def bare_resources(model, model_name: str, folder: Path, database: dict[str, str
     stored), the cache folder above it and the corpus's database."""
     from types import SimpleNamespace
 
-    from picaso_core.ui.resources import Resources
+    from picaso_core.session import Resources
 
     return Resources(model, model_name, SimpleNamespace(database=database or {}), SimpleNamespace(folder=str(folder)),
                      None, 0, {}, Path(folder).parent)
@@ -119,7 +119,7 @@ def _background_work_ends_with_its_test():
     allocator trim) is stopped when the test that started it ends: it would otherwise run on into
     later tests, taking the cores and, in the tour's COFFEE step, building models."""
     yield
-    serving = sys.modules.get("picaso_core.ui.serving")  # loaded only by tests that use the app
+    serving = sys.modules.get("picaso_core.ui.server.serving")  # loaded only by tests that use the app
     if serving is not None:
         left = serving.stop_background(timeout=120)
         assert not left, f"background threads still running 120 s after their test: {left}"

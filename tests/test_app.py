@@ -23,8 +23,8 @@ import torch
 import app
 from picaso_core.data import RetrievalSample, write_samples
 from picaso_core.store.store import StoreError
-from picaso_core.ui import compose_tab
-from picaso_core.ui.resources import Resources, limit_corpus, load_resources
+from picaso_core.ui.tabs import compose as compose_tab
+from picaso_core.session import Resources, limit_corpus, load_resources
 from test_retrieval import BagOfWords
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def test_compose_runs_every_method_with_finite_losses(res):
 def test_show_code_reproduces_the_table(res, monkeypatch, capsys):
     """The Python snippet, run as printed (load_resources returning this app's resources), prints
     the losses on screen; the gradio_client snippet is valid Python naming this run's inputs."""
-    import picaso_core.ui.resources as resources
+    import picaso_core.session as resources
 
     s = sample(res, "q-brandor")
     *_, table, _, _, _, data, py, cl, _ = compose_tab.compose(res, s.query, s.continuation, k=2, max_new_tokens=3,
@@ -160,7 +160,7 @@ def test_header_store_count_follows_the_store(tiny_model_dir, corpus_file, tmp_p
     fresh = load_resources(str(tiny_model_dir), str(corpus_file), cache_dir=tmp_path, embedder=BagOfWords(),
                            log=lambda msg: None)
     assert "store **0 of 8 states**" in status_md(fresh)
-    compose_tab.run_compose(fresh, "Velmora blue glass", " x", k=3, max_new_tokens=0)
+    compose_tab.run_compose(fresh, compose_tab.ComposeRequest.of(fresh, "Velmora blue glass", " x", k=3, max_new_tokens=0))
     assert "store **3 of 8 states**" in status_md(fresh)
     demo = app.build_app(fresh)  # refreshed on a timer and on page load, neither in the API
     status = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "px-status")
@@ -171,10 +171,10 @@ def test_header_store_count_follows_the_store(tiny_model_dir, corpus_file, tmp_p
 
 def test_retrieved_contexts_are_shown_most_relevant_last_and_gold_marked(res):
     s = sample(res, "q-velmora")
-    ctxs, _, _ = compose_tab.run_compose(res, s.query, s.continuation, k=3, sample_id=s.sample_id)
+    ctxs, _, _ = compose_tab.run_compose(res, compose_tab.ComposeRequest.of(res, s.query, s.continuation, k=3, example=s.sample_id))
     hits = res.retriever.retrieve(s.query, 3)  # most relevant first
     assert [c.cid for c in ctxs] == [cid for cid, _ in hits][::-1]
-    ctxs_first, _, _ = compose_tab.run_compose(res, s.query, s.continuation, k=3, most_relevant_last=False)
+    ctxs_first, _, _ = compose_tab.run_compose(res, compose_tab.ComposeRequest.of(res, s.query, s.continuation, k=3, most_relevant_last=False))
     assert [c.cid for c in ctxs_first] == [cid for cid, _ in hits]
     html = compose_tab.contexts_html(ctxs)
     positions = [html.index(f"<code>{c.cid}</code>") for c in ctxs]
@@ -184,14 +184,14 @@ def test_retrieved_contexts_are_shown_most_relevant_last_and_gold_marked(res):
 
 def test_an_examples_own_chunks_are_never_retrieved(res):
     s = sample(res, "q-tarrix")
-    ctxs, _, _ = compose_tab.run_compose(res, s.query, s.continuation, k=7, sample_id=s.sample_id)
+    ctxs, _, _ = compose_tab.run_compose(res, compose_tab.ComposeRequest.of(res, s.query, s.continuation, k=7, example=s.sample_id))
     assert "tarrix-0" not in [c.cid for c in ctxs] and len(ctxs) == 7
-    typed, _, _ = compose_tab.run_compose(res, "Tarrix is a mountain in the north", "", k=1)
+    typed, _, _ = compose_tab.run_compose(res, compose_tab.ComposeRequest.of(res, "Tarrix is a mountain in the north", "", k=1))
     assert typed[0].cid == "tarrix-0"  # a typed query is not that example: nothing excluded
 
 
 def test_hand_picked_contexts_keep_their_order(res):
-    ctxs, results, _ = compose_tab.run_compose(res, "Who founded Brandor?", " Kel Thal.", picked=["brandor-1", "velmora-0"])
+    ctxs, results, _ = compose_tab.run_compose(res, compose_tab.ComposeRequest.of(res, "Who founded Brandor?", " Kel Thal.", contexts=["brandor-1", "velmora-0"]))
     assert [c.cid for c in ctxs] == ["brandor-1", "velmora-0"] and len(results) == len(METHODS)
 
 
@@ -206,10 +206,10 @@ def test_without_a_continuation_losses_are_skipped_and_generations_shown(res):
 def test_contexts_longer_than_the_limit_are_refused(res, monkeypatch):
     monkeypatch.setattr(res, "max_tokens", 10)
     with pytest.raises(gr.Error, match="at most 10.*Lower k"):
-        compose_tab.run_compose(res, "Velmora", " x", k=3)
+        compose_tab.run_compose(res, compose_tab.ComposeRequest.of(res, "Velmora", " x", k=3))
     monkeypatch.setattr(res, "max_tokens", res.num_tokens("velmora-0"))
     with pytest.raises(gr.Error, match="reads at most .*Shorten"):
-        compose_tab.run_compose(res, "Velmora " * 50, " x", picked=["velmora-0"])
+        compose_tab.run_compose(res, compose_tab.ComposeRequest.of(res, "Velmora " * 50, " x", contexts=["velmora-0"]))
 
 
 def test_pick_example_fills_query_and_continuation(res):
@@ -226,7 +226,7 @@ def test_contexts_are_encoded_on_first_use_and_kept_across_restarts(tiny_model_d
     first = load()
     assert len(first.store) == 0 and len(first.retriever) == len(first.database) == 8  # starts empty
     assert "0 of 8 states" in first.describe()
-    contexts, *_ = compose_tab.run_compose(first, "Velmora blue glass", " x", k=3, max_new_tokens=0)
+    contexts, *_ = compose_tab.run_compose(first, compose_tab.ComposeRequest.of(first, "Velmora blue glass", " x", k=3, max_new_tokens=0))
     used = [c.cid for c in contexts]
     assert sorted(first.store.ids) == sorted(used)  # exactly the contexts the request needed
     model = first.model
@@ -237,7 +237,7 @@ def test_contexts_are_encoded_on_first_use_and_kept_across_restarts(tiny_model_d
     shards = {p.name: p.stat().st_mtime_ns for p in first.store.folder.glob("shard-*")}
     again = load()  # a restart: nothing re-encoded, nothing rewritten
     assert again.store.folder == first.store.folder and again.store.ids == first.store.ids
-    compose_tab.run_compose(again, "Velmora blue glass", " x", k=3, max_new_tokens=0)
+    compose_tab.run_compose(again, compose_tab.ComposeRequest.of(again, "Velmora blue glass", " x", k=3, max_new_tokens=0))
     assert {p.name: p.stat().st_mtime_ns for p in again.store.folder.glob("shard-*")} == shards
 
     new = RetrievalSample("q-new", "Zebras", " are striped.", [("zebra-0", "Zebras are striped horses.")])
@@ -272,7 +272,7 @@ def test_demo_ships_the_embeddings_of_its_databases():
     nothing; their rows are MiniLM's embeddings of those texts (checked on a few)."""
     from picaso_core.data import load_corpus
     from picaso_core.retrieval.retriever import SentenceEmbedder, _text_hash, read_embeddings
-    from picaso_core.ui.resources import shipped_embeddings
+    from picaso_core.session import shipped_embeddings
 
     for split in ("train", "test"):
         db = load_corpus("demo", split).database

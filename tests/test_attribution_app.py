@@ -14,7 +14,7 @@ import pytest
 
 import app
 from picaso_core.analysis.attribution import leave_one_in, leave_one_out
-from picaso_core.ui import attribution_tab
+from picaso_core.ui.tabs import attribution as attribution_tab
 from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)
 
 QUERY = "Velmora, the city of blue glass, was founded"
@@ -150,7 +150,7 @@ def test_picconcat_is_skipped_with_a_line_above_its_context_limit(res):  # noqa:
 
 def test_sentence_grain_data_lists_every_source_and_stores_their_states_in_the_cache(res, monkeypatch):  # noqa: F811
     from picaso_core.analysis.sources import encode_sources, make_sources
-    from picaso_core.ui import attribution_sources
+    from picaso_core.ui.tabs import attribution_panel as attribution_sources
 
     picked = ["velmora-1", "tarrix-1"]
     monkeypatch.setitem(res.database, "velmora-1", res.text("velmora-1") + " It was a small town. Now it is large.")

@@ -12,8 +12,8 @@ import re
 import gradio as gr
 import pytest
 
-from picaso_core.ui import attribution_sources as src
-from picaso_core.ui import attribution_tab as tab
+from picaso_core.ui.tabs import attribution_panel as src
+from picaso_core.ui.tabs import attribution as tab
 from test_app import corpus_file, res  # noqa: F401  (fixtures)
 
 QUERY, ANSWER = "Velmora, the city of blue glass, was founded", " in 1423 by Osric Dallen."

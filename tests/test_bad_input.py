@@ -14,8 +14,8 @@ import time
 import gradio as gr
 import pytest
 
-from picaso_core.ui import compose_tab
-from picaso_core.ui.resources import load_resources
+from picaso_core.ui.tabs import compose as compose_tab
+from picaso_core.session import load_resources
 from test_app import app_url  # noqa: F401  (the launched app, shared across test files in one session)
 from test_app import write_corpus
 from test_retrieval import BagOfWords

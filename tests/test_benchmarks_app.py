@@ -10,7 +10,7 @@ import gradio as gr
 import pytest
 
 from picaso_core.analysis.evaluate import METHODS
-from picaso_core.ui import benchmarks_tab as B
+from picaso_core.ui.tabs import benchmarks as B
 from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)
 
 

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from picaso_core.plots.report import write_report
-from picaso_core.ui import benchmarks_tab as B
+from picaso_core.ui.tabs import benchmarks as B
 from test_app import app_url  # noqa: F401
 from test_browser import browser, layout_problems  # noqa: F401
 

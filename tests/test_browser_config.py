@@ -1,4 +1,4 @@
-"""Headless Chromium: the page built from the slimmed /config (picaso_core.ui.page_config) is the page
+"""Headless Chromium: the page built from the slimmed /config (picaso_core.ui.server.page_config) is the page
 built from the full config Gradio embeds in `/`: on every tab the same text and the same visible
 elements, and no error in the browser's console. The frontend fetches /config when the page carries
 no config of its own (an embedded app, a page that reconnects), so the second load hides it.

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from picaso_core.ui.tour_steps import STEPS
+from picaso_core.ui.tour.steps import STEPS
 from test_browser import browser, layout_problems  # noqa: F401  (browser: a fixture)
 from test_tour import tour_app, tour_res  # noqa: F401  (fixtures)
 

@@ -11,8 +11,12 @@ import time
 from pathlib import Path
 
 import app
-from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_tab
-from picaso_core.ui.resources import load_resources
+from picaso_core.ui.tabs import attribution as attribution_tab
+from picaso_core.ui.tabs import benchmarks as benchmarks_tab
+from picaso_core.ui.tabs import compose as compose_tab
+from picaso_core.ui.tabs import landscape as landscape_tab
+from picaso_core.ui.tabs import soup as soup_tab
+from picaso_core.session import load_resources
 from test_browser import browser  # noqa: F401
 from test_retrieval import BagOfWords
 from test_user_corpora import corpus_args

@@ -8,7 +8,7 @@ import json
 import gradio as gr
 import pytest
 
-from picaso_core.ui import coffee_tab
+from picaso_core.ui.tabs import coffee as coffee_tab
 from test_app import app_url, corpus_file  # noqa: F401  (fixtures)
 
 

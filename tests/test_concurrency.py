@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from picaso_core.ui import serving
+from picaso_core.ui.server import serving
 from test_app import app_url  # noqa: F401  (the launched app, shared with test_app.py)
 
 CLIENTS = 10
@@ -21,14 +21,14 @@ QUERIES = [f"{subject} {verb}" for subject in ("Velmora", "Tarrix", "Brandor", "
 
 def test_compose_event_runs_in_the_model_pool(tiny_model_dir, tmp_path):
     import app
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.session import load_resources
     from test_app import write_corpus
     from test_retrieval import BagOfWords
 
     res = load_resources(str(tiny_model_dir), str(write_corpus(tmp_path / "facts.jsonl")), cache_dir=tmp_path / "c",
                          embedder=BagOfWords(), log=lambda msg: None)
     fn = next(f for f in app.build_app(res).fns.values() if f.api_name == "compose")
-    # the app's one model pool, sized by the queue (--workers, picaso_core.ui.serving)
+    # the app's one model pool, sized by the queue (--workers, picaso_core.ui.server.serving)
     assert fn.concurrency_id == serving.POOL and fn.concurrency_limit == "default"
 
 

@@ -75,7 +75,7 @@ def test_the_pre_encoding_step_fills_the_store_the_app_opens(tmp_path):
     child_env = {k: v for k, v in {**os.environ, **env}.items() if k != "XDG_CACHE_HOME"}  # the image has none
     done = subprocess.run(argv, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.session import load_resources
 
     args = app.parse_args([], env)
     res = load_resources(args.model, args.corpus, args.split, args.cache_dir, log=lambda msg: None)

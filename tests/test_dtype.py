@@ -11,7 +11,7 @@ import app
 from picaso_core.data import load_corpus
 from picaso_core.analysis.evaluate import METHODS, evaluate_samples
 from picaso_core.analysis.sweep import CONTEXT_SUFFIX
-from picaso_core.ui.resources import load_resources
+from picaso_core.session import load_resources
 
 
 def test_dtype_flag_and_environment_variable(monkeypatch):

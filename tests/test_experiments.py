@@ -13,7 +13,8 @@ import math
 
 import pytest
 
-from picaso_core.analysis import experiments as E, sweep
+from picaso_core import experiments as E
+from picaso_core.analysis import sweep
 from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
 from picaso_core.data import write_samples
@@ -265,8 +266,8 @@ def test_online_retrievers_skip_with_a_clear_message_offline(monkeypatch):
 
 # ---- the app's MS MARCO path ---------------------------------------------------------------------
 def test_the_apps_qa_examples_retrieve_from_their_own_passages(tiny_model_dir, tmp_path):
-    from picaso_core.ui import compose_tab
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.ui.tabs import compose as compose_tab
+    from picaso_core.session import load_resources
 
     corpus = msmarco_corpus(MARCO_ROWS)
     path = tmp_path / "marco.jsonl"

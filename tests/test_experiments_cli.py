@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from picaso_core.analysis import experiments as E
+from picaso_core import experiments as E
 from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
 from picaso_core.engine import tokenizer as T
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_help_answers_without_importing_torch():
     code = ("import sys, runpy\nsys.argv = ['experiments', '--help']\n"
-            "try:\n    runpy.run_module('picaso_core.analysis.experiments', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "try:\n    runpy.run_module('picaso_core.experiments', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print('torch imported:', 'torch' in sys.modules)")
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout

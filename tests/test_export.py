@@ -1,4 +1,4 @@
-"""Exports (picaso_core.ui.export and the tabs' Export handler): each file parses back to what was on
+"""Exports (picaso_core.ui.tour.exports and the tabs' Export handler): each file parses back to what was on
 screen: the CSV's columns are the table's, the Projector's TSVs hold one row per point (metadata one
 more, its header), a standalone HTML page holds the figure's data and loads nothing from a network,
 the landscape grid is every (alpha, beta, loss) of the plane."""
@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 import pytest
 
 from picaso_core.assets import ASSETS
-from picaso_core.ui import export
-from picaso_core.ui.tour_ui import _export_choices, export_files
+from picaso_core.ui.tour import exports as export
+from picaso_core.ui.tour.controls import _export_choices, export_files
 
 
 def _frame():
@@ -116,8 +116,8 @@ def test_the_tabs_export_handler_writes_what_is_on_screen(tmp_path):
 def test_projector_export_of_the_soup_map_on_screen(tiny_model_dir, tmp_path):
     """The State soup tab's map (the tiny model's skill library) exported: one vectors row per point
     on the map, the metadata file one more (its header), each row's task the map's."""
-    from picaso_core.ui.resources import load_resources
-    from picaso_core.ui.soup_handlers import soup_map
+    from picaso_core.session import load_resources
+    from picaso_core.ui.tabs.soup_handlers import soup_map
     from test_app import write_corpus
     from test_retrieval import BagOfWords
 

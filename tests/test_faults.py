@@ -198,7 +198,7 @@ def app_argv(setup, folder, tmp_path, port=7893):
 
 
 def experiments(setup, folder, tmp_path):
-    from picaso_core.analysis import experiments as ex
+    from picaso_core import experiments as ex
 
     return ex.main(["--model", setup["model_dir"], "--corpus", str(setup["corpus"]), "--store", str(folder),
                     "--out", str(tmp_path / "run"), "--samples", "1", "--ks", "1", "--methods", "concat",
@@ -244,7 +244,7 @@ def test_app_start_repairs_a_truncated_shard_and_says_so(setup, tmp_path, capsys
 
 
 def test_app_start_prebuilds_the_tour_unless_told_not_to(setup, tmp_path, app_main, monkeypatch):
-    from picaso_core.ui import tour
+    from picaso_core.ui.tour import cache as tour
 
     started = []
     monkeypatch.setattr(tour, "ensure_built", lambda res, *a: started.append(res))
@@ -276,7 +276,7 @@ def test_app_start_refusal_is_one_line_on_stderr_in_a_real_process(setup, tmp_pa
 # ---- requests ---------------------------------------------------------------------------------
 @pytest.fixture
 def served(setup, tmp_path):
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.session import load_resources
 
     folder = copy_store(setup, tmp_path)
     res = load_resources(setup["model_dir"], str(setup["corpus"]), store=str(folder), cache_dir=tmp_path / "cache",
@@ -335,8 +335,8 @@ READ_ONLY_SCRIPT = textwrap.dedent('''
     import json, sys
     sys.path[:0] = [{root!r}, {tests!r}]
     import gradio as gr
-    from picaso_core.ui.resources import load_resources
-    from picaso_core.ui.compose_tab import compose
+    from picaso_core.session import load_resources
+    from picaso_core.ui.tabs.compose import compose
     from picaso_core.store.cli import main as store_main
     from test_retrieval import BagOfWords
     res = load_resources({model!r}, {corpus!r}, store={store!r}, cache_dir={cache!r}, embedder=BagOfWords(),
@@ -452,8 +452,9 @@ def test_shards_sidecars_and_index_get_the_same_mode(setup, tmp_path, umask):
 
 
 def test_derived_files_go_under_the_cache_folder(served, tmp_path):
-    from picaso_core.ui import landscape_tab, soup_lab
-    from picaso_core.ui.resources import derived_folder
+    from picaso_core.ui.tabs import landscape as landscape_tab
+    from picaso_core.ui.tabs import soup_lab
+    from picaso_core.session import derived_folder
 
     res, folder = served
     cache = Path(res.cache_dir).resolve()

@@ -88,7 +88,7 @@ def test_the_loader_names_file_line_and_fix(bad_files, name):
                                   "a folder", "no contexts anywhere", "query a number"])
 def test_every_entry_point_refuses_in_one_line(bad_files, name, tiny_model_dir, tmp_path, capsys,
                                                app_main, monkeypatch):  # noqa: F811
-    from picaso_core.analysis import experiments
+    from picaso_core import experiments
     from picaso_core.store.cli import main as store_main
     from test_retrieval import BagOfWords
 

@@ -8,15 +8,16 @@ import gradio as gr
 import pytest
 
 from picaso_core.engine.loading import load_model
-from picaso_core.ui import compose_tab
-from picaso_core.ui import finetune_tab as T
+from picaso_core.session import tuned_resources
+from picaso_core.ui.tabs import compose as compose_tab
+from picaso_core.ui.tabs import finetune as T
 from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)
 from test_browser import browser  # noqa: F401
 
 
 def test_the_shipped_fine_tuned_model_loads_by_name_with_its_card_and_report():
-    assert (T.SHIPPED_DIR / "README.md").is_file(), f"missing: {T.SHIPPED_COMMAND}"
-    size = sum(f.stat().st_size for f in T.SHIPPED_DIR.iterdir())
+    assert (T.TUNED_DIR / "README.md").is_file(), f"missing: {T.TUNED_COMMAND}"
+    size = sum(f.stat().st_size for f in T.TUNED_DIR.iterdir())
     assert size < 30e6
     tuned, base = load_model("demo-bptc"), load_model("demo")
     assert tuned.config == base.config and tuned.fingerprint() != base.fingerprint()
@@ -86,7 +87,7 @@ def test_compose_rejects_an_unknown_model_and_the_tuned_model_needs_the_demo(res
 
 @pytest.fixture(scope="module")
 def demo_res(tmp_path_factory):
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.session import load_resources
 
     return load_resources("demo", "demo", cache_dir=tmp_path_factory.mktemp("cache"), log=lambda m: None)
 
@@ -100,7 +101,7 @@ def test_compose_with_the_fine_tuned_model_uses_its_own_states(demo_res):
     assert [c["id"] for c in base["contexts"]] == [c["id"] for c in tuned["contexts"]]  # same retrieval
     assert base["methods"]["picaso_r"]["loss"] != tuned["methods"]["picaso_r"]["loss"]
     assert "model='bptc'" in outs["bptc"][8] and "demo-bptc" in outs["bptc"][7]
-    tuned_res = T.tuned_resources(demo_res)
+    tuned_res = tuned_resources(demo_res)
     assert tuned_res.store.folder != demo_res.store.folder and tuned_res.retriever is demo_res.retriever
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from picaso_core.compose import compose
 from picaso_core.plots import landscape as P
-from picaso_core.ui import landscape_tab
+from picaso_core.ui.tabs import landscape as landscape_tab
 from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)
 
 

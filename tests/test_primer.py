@@ -101,7 +101,7 @@ def demo():
     return model, model.tokenizer.encode(text)
 
 
-MAX_M_TOKENS = 128  # the Primer tab's longest text for M (picaso_core.ui.primer_tab.MAX_M_TOKENS)
+MAX_M_TOKENS = 128  # the Primer tab's longest text for M (picaso_core.ui.tabs.primer.MAX_M_TOKENS)
 
 
 def test_semiseparable_M_times_x_equals_the_demo_models_scan(demo):

@@ -9,7 +9,7 @@ import gradio as gr
 import pytest
 
 import app
-from picaso_core.ui import primer_tab
+from picaso_core.ui.tabs import primer as primer_tab
 from test_app import app_url, corpus_file, res  # noqa: F401  (fixtures)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from picaso_core.ui import serving
+from picaso_core.ui.server import serving
 from test_app import _free_port, write_corpus
 from test_retrieval import BagOfWords
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def res(tiny_model_dir, tmp_path_factory):
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.session import load_resources
 
     tmp = tmp_path_factory.mktemp("serving")
     return load_resources(str(tiny_model_dir), str(write_corpus(tmp / "facts.jsonl")), cache_dir=tmp / "cache",
@@ -94,7 +94,8 @@ def test_full_queue_refuses_at_once_and_the_pool_never_exceeds_its_size(res, mon
     import app
     from gradio_client import Client
 
-    from picaso_core.ui import attribution_tab, compose_tab
+    from picaso_core.ui.tabs import attribution as attribution_tab
+    from picaso_core.ui.tabs import compose as compose_tab
 
     active, peak, lock = [0], [0], threading.Lock()
 
@@ -175,7 +176,7 @@ def test_pages_do_not_grow_with_the_corpus(res, tiny_model_dir, tmp_path):
     /config and /gradio_api/info are the same size within a few kB (no component lists the
     contexts), both are at most 200 kB raw, and a context is still found by search."""
     from picaso_core.ui.pickers import SHOWN, search_contexts
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.session import load_resources
 
     words = "river stone glass mountain city harbour forest bridge lamp orchard".split()
     db = tmp_path / "db.jsonl"
@@ -201,9 +202,10 @@ def test_pages_do_not_grow_with_the_corpus(res, tiny_model_dir, tmp_path):
 
 
 def test_compose_click_reports_cache_use_and_a_repeat_is_served_from_cache(res):
-    from picaso_core.ui import compose_tab
+    from picaso_core.ui.tabs import compose as compose_tab
+    from picaso_core.ui.tabs import compose_runs
 
-    serving.CACHE.clear()
+    compose_runs.CACHE.clear()
     s = next(x for x in res.corpus.samples if x.sample_id == "q-velmora")
     picked = ["velmora-0", "tarrix-1", "brandor-0"]
     first = compose_tab.compose(res, s.query, s.continuation, 3, picked, True, 2)
@@ -214,9 +216,9 @@ def test_compose_click_reports_cache_use_and_a_repeat_is_served_from_cache(res):
     assert states["Soup"] == states["PICASO-R"] == states["PICASO-S"] == "state from cache"
     assert states["CASO"] == states["Concat"] == "composed (new order)"
     again = compose_tab.compose(res, s.query, s.continuation, 3, picked, True, 2)
-    assert set(again[2]["State"]) == {serving.FROM_RESULTS}
+    assert set(again[2]["State"]) == {compose_runs.FROM_RESULTS}
     assert again[6]["methods"] == first[6]["methods"]  # the same figures, timings included
-    stats = serving.cache_stats()
+    stats = compose_runs.cache_stats()
     assert stats["methods"]["soup"]["hits"] >= 1 and stats["results"]["hits"] >= 1
 
 
@@ -303,7 +305,7 @@ def test_stop_background_ends_the_work_and_lets_later_work_run():
 def test_config_sent_without_the_api_metadata_no_client_reads(tmp_path):
     """/config loses the per-component API schemas and example inputs (a third of it) except the
     file-typed `api_info` gradio_client needs to upload files to an endpoint it may call, and what
-    else no client reads (picaso_core.ui.page_config); /gradio_api/info is unchanged, and
+    else no client reads (picaso_core.ui.server.page_config); /gradio_api/info is unchanged, and
     gradio_client still calls a text endpoint and uploads a file to a file endpoint."""
     import gradio as gr
     from gradio_client import Client, handle_file

@@ -278,7 +278,7 @@ def test_state_map_marks_shuffled_tasks_open_and_the_query(lib):
 # ---- the tab's handlers (no server) -----------------------------------------------------------
 @pytest.fixture(scope="module")
 def res(model, tmp_path_factory, monkeypatch_module):
-    from picaso_core.ui import soup_lab
+    from picaso_core.ui.tabs import soup_lab
 
     monkeypatch_module.setattr(soup_lab, "SHOTS", 4)
     monkeypatch_module.setattr(soup_lab, "PER_TASK", 2)
@@ -297,7 +297,8 @@ def monkeypatch_module():
 def test_tab_map_places_demonstrations_and_retrieves(res):
     import gradio as gr
 
-    from picaso_core.ui import soup_handlers, soup_lab
+    from picaso_core.ui.tabs import soup_handlers
+    from picaso_core.ui.tabs import soup_lab
 
     fig, quality, summary, table, data, py, client = soup_handlers.soup_map(res, 1, "ssm", "pca", 2, "cat → cats\ndog → dogs")
     n = 2 * 20  # every task and twin, PER_TASK = 2
@@ -320,7 +321,7 @@ def test_tab_map_places_demonstrations_and_retrieves(res):
 def test_tab_two_task_and_decay_and_curves(res):
     import gradio as gr
 
-    from picaso_core.ui import soup_handlers
+    from picaso_core.ui.tabs import soup_handlers
 
     fig, summary, table, data, *_ = soup_handlers.two_task(res, "counting", "antonym", "one →", "two\nbig", 0.25)
     assert 0.25 in list(table["w"]) and len(data["rows"]) == 12 and "w = 0.25" in summary

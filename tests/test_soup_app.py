@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("PICASO_WARM_UMAP", "0")  # no background numba compile in the served app under test
 
 from test_app import app_url  # noqa: E402,F401  (the launched app, a session fixture)
-from picaso_core.ui import soup_handlers  # noqa: E402
+from picaso_core.ui.tabs import soup_handlers
 
 
 @pytest.fixture(scope="module")

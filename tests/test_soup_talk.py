@@ -14,7 +14,10 @@ from picaso_core import load_model
 
 from picaso_core.analysis import soup, soup_projection
 from picaso_core.plots import soup as plots
-from picaso_core.ui import soup_handlers, soup_lab, soup_tab, soup_text
+from picaso_core.ui.tabs import soup_handlers
+from picaso_core.ui.tabs import soup_lab
+from picaso_core.ui.tabs import soup as soup_tab
+from picaso_core.ui.tabs import soup_text
 from tests.conftest import bare_resources
 
 

@@ -29,9 +29,9 @@ import yaml
 import app
 from picaso_core.space import cards
 from picaso_core.space.prepare import PrepareError, main, prepare
-from picaso_core.ui import gpu as gpu_module
-from picaso_core.ui.gpu import MAX_DURATION, gpu, returns_cpu, to_cpu
-from picaso_core.ui.resources import load_resources
+from picaso_core.ui.server import gpu as gpu_module
+from picaso_core.ui.server.gpu import MAX_DURATION, gpu, returns_cpu, to_cpu
+from picaso_core.session import load_resources
 from test_app import write_corpus
 from test_retrieval import BagOfWords
 from test_space import CARD_FIELDS, COLORS
@@ -51,7 +51,7 @@ ZEROGPU_PYTHON = {"3.12.12", "3.10.13"}
 
 
 def fake_export(out, app_url=None):
-    """The tour's exporter's contract (picaso_core.ui.tour.export_static), without running the tour."""
+    """The tour's exporter's contract (picaso_core.ui.tour.cache.export_static), without running the tour."""
     (Path(out) / "index.html").write_text(f"<html><body>tour{' ' + app_url if app_url else ''}</body></html>")
 
 
@@ -110,7 +110,7 @@ def test_zerogpu_requirements_pin_a_torch_zerogpu_supports(prepared):
 def test_docker_and_zerogpu_folders_hold_the_app(prepared):
     for kind in ("docker", "zerogpu"):
         folder = prepared[kind]
-        for f in ("app.py", "picaso_core/ui/gpu.py", "assets/demo_model/model.safetensors", ".gitattributes"):
+        for f in ("app.py", "picaso_core/ui/server/gpu.py", "assets/demo_model/model.safetensors", ".gitattributes"):
             assert (folder / f).is_file(), (kind, f)
         assert not list(folder.rglob("__pycache__"))
     for f in ("Dockerfile", "requirements.txt", ".dockerignore"):

@@ -9,8 +9,10 @@ import json
 import pandas as pd
 import pytest
 
-from picaso_core.ui import attribution_tab, compose_tab, soup_handlers
-from picaso_core.ui.resources import load_resources
+from picaso_core.ui.tabs import attribution as attribution_tab
+from picaso_core.ui.tabs import compose as compose_tab
+from picaso_core.ui.tabs import soup_handlers
+from picaso_core.session import load_resources
 
 
 @pytest.fixture(scope="module")

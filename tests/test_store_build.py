@@ -37,7 +37,7 @@ def test_ray_build_equals_local_build_and_the_app_opens_it(tmp_path):
     ray = pytest.importorskip("ray")
     from picaso_core.data import load_corpus
     from picaso_core.engine.loading import load_model
-    from picaso_core.ui.resources import load_resources
+    from picaso_core.session import load_resources
     from test_retrieval import BagOfWords
 
     demo = load_model("demo")
@@ -279,8 +279,8 @@ def test_cli_builds_resumes_and_refuses_bad_input(tiny_model_dir, tmp_path, caps
 
 def test_app_and_experiments_take_a_prebuilt_store_url(model, tmp_path, monkeypatch):
     import app
-    from picaso_core.analysis import experiments
-    from picaso_core.ui.resources import open_or_build_store
+    from picaso_core import experiments
+    from picaso_core.session import open_or_build_store
 
     assert app.parse_args([], env={"PICASO_STORE": "s3://bucket/demo"}).store == "s3://bucket/demo"
     assert app.parse_args(["--store", "gs://b/s"], env={"PICASO_STORE": "s3://x"}).store == "gs://b/s"
@@ -297,9 +297,9 @@ def test_app_and_experiments_take_a_prebuilt_store_url(model, tmp_path, monkeypa
 
 
 def test_experiments_cli_checks_its_store_up_front(tiny_model_dir, tmp_path, monkeypatch):
-    """`python -m picaso_core.analysis.experiments --store`: a complete URL store runs; a partial one, a
+    """`python -m picaso_core.experiments --store`: a complete URL store runs; a partial one, a
     mistyped folder or another model's store stop before any work, in one line naming the fix."""
-    from picaso_core.analysis import experiments
+    from picaso_core import experiments
     from picaso_core.data import load_corpus
     from picaso_core.engine.loading import load_model
     from test_app import write_corpus

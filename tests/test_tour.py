@@ -19,11 +19,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from picaso_core.ui import tour, tour_runs
-from picaso_core.ui.resources import load_resources
-from picaso_core.ui.tour_links import TABS, coerce, link_query
-from picaso_core.ui.tour_steps import STEPS, Step
-from picaso_core.ui.tour_ui import copy_link, parse_link, step_values
+from picaso_core.ui.tour import cache as tour
+from picaso_core.ui.tour import runs as tour_runs
+from picaso_core.session import load_resources
+from picaso_core.ui.tour.links import TABS, coerce, link_query
+from picaso_core.ui.tour.steps import STEPS, Step
+from picaso_core.ui.tour.controls import copy_link, parse_link, step_values
 from test_app import _free_port, write_corpus
 from test_retrieval import BagOfWords
 

@@ -15,8 +15,12 @@ import pytest
 
 import app
 from conftest import save_model_dir, tiny_model
-from picaso_core.ui import attribution_tab, benchmarks_tab, compose_tab, landscape_tab, soup_handlers
-from picaso_core.ui.resources import load_resources, store_folder
+from picaso_core.ui.tabs import attribution as attribution_tab
+from picaso_core.ui.tabs import benchmarks as benchmarks_tab
+from picaso_core.ui.tabs import compose as compose_tab
+from picaso_core.ui.tabs import landscape as landscape_tab
+from picaso_core.ui.tabs import soup_handlers
+from picaso_core.session import load_resources, store_folder
 from test_app import _free_port
 from test_retrieval import BagOfWords
 
@@ -145,7 +149,7 @@ def test_one_context_and_one_layer_sliders_do_not_crash(tokenizer_json, tmp_path
         assert _block(demo, slider).value == 0 and _block(demo, slider).interactive is False
     assert "One context in the database" in notes["attribution-limits"]
     assert "a plane goes through 3 states" in notes["landscape-limits"]
-    assert compose_tab.run_compose(res, VELMORA["query"], VELMORA["continuation"], k=1, max_new_tokens=0)[0]
+    assert compose_tab.run_compose(res, compose_tab.ComposeRequest.of(res, VELMORA["query"], VELMORA["continuation"], k=1, max_new_tokens=0))[0]
 
 
 def test_database_file_needs_a_jsonl_corpus_or_stands_alone(tiny_model_dir, tmp_path):
@@ -214,7 +218,7 @@ def test_every_table_shows_its_column_names_at_start(user_res):
 def test_the_start_up_warm_click_scores_a_corpus_smaller_than_the_default_k(user_res):
     """app.py scores the Compose tab's opening example at start; with 3 contexts (fewer than the
     default k = 5) that is not a rejected input, it scores them all."""
-    from picaso_core.ui import compose_tab
+    from picaso_core.ui.tabs import compose as compose_tab
 
     _, res = user_res
     assert len(res.database) < compose_tab.DEFAULTS["k"]

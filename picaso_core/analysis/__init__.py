@@ -2,7 +2,7 @@
 
     evaluate.py         every composition method on one sample: loss, generation, timings
     sweep.py            the protocol's k-sweep: k lists, the record log, run_sweep
-    experiments.py      the paper's protocol over a corpus: `python -m picaso_core.analysis.experiments`
+    measurements.py     process vs generate (fig. 7) and chunk lengths (fig. 9)
     summaries.py        tables and the HTML report from experiment records
     attribution.py      leave-one-in / leave-one-out / surrogate attribution, precision (table 4)
     landscape.py        loss over the plane through three states and the line between two (fig. 2)
@@ -13,5 +13,6 @@
     skill_eval.py       in-context skill accuracy from composed states
 
 They import the engine, compose, the store, retrieval and data; figures are built from their
-results in picaso_core.plots, never here.
+results in picaso_core.plots, never here. The paper's protocol over a corpus, which writes the report
+through picaso_core.plots, is the command above both: `python -m picaso_core.experiments`.
 """

@@ -1,5 +1,5 @@
 """The k-sweep of the paper's protocol (PICASO sec. 6.1), shared by the experiments CLI
-(picaso_core.analysis.experiments), the app's live sweeps and the fine-tuning evaluation: k lists, the
+(picaso_core.experiments), the app's live sweeps and the fine-tuning evaluation: k lists, the
 record log (one JSON line per (retriever, sample, k, method), appended as each (sample, k)
 finishes, so an interrupted sweep resumes where it stopped) and `run_sweep`, which runs every method
 of picaso_core.analysis.evaluate on the (sample, k) pairs a log lacks.

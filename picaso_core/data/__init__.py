@@ -26,9 +26,15 @@ DEMO_DATA_DIR = ASSETS / "demo_data"
 DEMO_SPLITS = ("train", "test")
 CORPORA = ("demo", "wikitext", "msmarco")
 _DEFAULT_KIND = {"demo": "retrieval", "wikitext": "retrieval", "msmarco": "qa"}
+# The demo examples the app opens on (its tabs, its tour). Compose: the question whose CASO / PICASO
+# generations stop at EOS (an answer that ends cleanly, never "<|endoftext|>"). Attribution: 5
+# candidates, every method's top one is the gold one, and leaving it out costs ~3 nats per answer
+# token (picked from scripts/measure_attribution.py's records).
+DEMO_COMPOSE_EXAMPLE = "demo-test-r0003"
+DEMO_ATTRIBUTION_EXAMPLE = "demo-test-q0035"
 
 __all__ = [
-    "CONTEXT_SEP", "CORPORA", "Corpus", "CorpusError", "RetrievalSample", "format_demos", "format_query", "limit_corpus", "load_corpus",
+    "CONTEXT_SEP", "CORPORA", "DEMO_ATTRIBUTION_EXAMPLE", "DEMO_COMPOSE_EXAMPLE", "DEMO_DATA_DIR", "Corpus", "CorpusError", "RetrievalSample", "format_demos", "format_query", "limit_corpus", "load_corpus",
     "load_demo", "load_jsonl", "load_skill_tasks", "qa_prompt", "read_chunks", "read_samples",
     "render_concat", "render_parts", "skill_query", "training_examples", "write_chunks", "write_samples",
 ]

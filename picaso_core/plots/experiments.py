@@ -1,5 +1,5 @@
 """Figures of the experiments (PICASO fig. 3, 5-9, table 1) from a summary dict
-(`picaso_core.analysis.experiments.summarize`; summary.json). Shared by report.html and the Benchmarks tab.
+(`picaso_core.experiments.summarize`; summary.json). Shared by report.html and the Benchmarks tab.
 
 Pure functions of plain data: no Gradio, no model. Each returns a plotly Figure with axis titles
 and units, a legend and hover text.

@@ -73,7 +73,7 @@ def readme(kind: str, app_url: str | None = None) -> str:
     """The prepared Space's README.md: its card, then what it is and what it costs."""
     what = {
         "zerogpu": "The app on ZeroGPU: the model is placed on the GPU that ZeroGPU lends each model-bound "
-                   "click (`@spaces.GPU`, picaso_core/ui/gpu.py), with the demo's states shipped in `store/`.",
+                   "click (`@spaces.GPU`, picaso_core/ui/server/gpu.py), with the demo's states shipped in `store/`.",
         "docker": "The app in its Docker image (`Dockerfile`): the CPU build of torch, or a GPU build through "
                   "the `TORCH_INDEX_URL` and `PICASO_DEVICE` variables, the demo's states encoded at build time.",
         "static": "The app's guided tour, exported as pages: each step with the results the app gave."
@@ -109,7 +109,7 @@ def requirements(kind: str, base: str) -> str | None:
         elif name.group(1).lower() == "gradio":
             continue
         lines.append(line)
-    lines.append("spaces                 # @spaces.GPU (picaso_core/ui/gpu.py)")
+    lines.append("spaces                 # @spaces.GPU (picaso_core/ui/server/gpu.py)")
     return "\n".join(lines) + "\n"
 
 

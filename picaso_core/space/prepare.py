@@ -10,7 +10,7 @@ README.md whose front matter is the Space's card (cards.py); docker adds the Doc
 adds its entry point (space_app.py), which encodes every context's state (and the tour's results)
 on the CPU before serving,
 since a state encoded inside ZeroGPU's forked GPU worker would not reach the server process's store
-(or ships a prebuilt store: --store). static: the tour's pages (picaso_core.ui.tour.export_static)
+(or ships a prebuilt store: --store). static: the tour's pages (picaso_core.ui.tour.cache.export_static)
 and the card.
 """
 
@@ -31,7 +31,7 @@ SPACE_CLONE = {".git", ".gitattributes", "README.md"}
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".DS_Store")
 
 LAUNCHER_TEXT = '''"""The ZeroGPU Space's entry point (the card's app_file): app.py with the model on the GPU that
-ZeroGPU lends each model-bound click (picaso_core/ui/gpu.py). Same flags and PICASO_* variables as app.py."""
+ZeroGPU lends each model-bound click (picaso_core/ui/server/gpu.py). Same flags and PICASO_* variables as app.py."""
 
 import os
 import sys
@@ -41,7 +41,7 @@ try:  # first, before torch loads: ZeroGPU adapts torch's CUDA as it is imported
 except ImportError:  # this folder run on a machine without the spaces package: the CPU, as app.py
     pass
 
-from picaso_core.ui.gpu import on_zerogpu  # noqa: E402 (imports no torch)
+from picaso_core.ui.server.gpu import on_zerogpu  # noqa: E402 (imports no torch)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ZEROGPU = on_zerogpu()
@@ -51,8 +51,8 @@ if os.path.isfile(os.path.join(HERE, "store", "store.json")):  # prepare --store
     os.environ.setdefault("PICASO_STORE", os.path.join(HERE, "store"))
 
 import app  # noqa: E402
-from picaso_core.ui.resources import load_resources  # noqa: E402
-from picaso_core.ui.tour import build as build_tour  # noqa: E402
+from picaso_core.session import load_resources  # noqa: E402
+from picaso_core.ui.tour.cache import build as build_tour  # noqa: E402
 
 
 def precompute_on_cpu(argv: list[str]) -> None:
@@ -88,7 +88,7 @@ def prepare(kind: str, out: str | Path, *, store: str | Path | None = None, app_
     app_url: (static) a running app the tour's live clicks go to.
     force: replace what OUT holds (all but .git); otherwise OUT must be empty or a fresh Space clone.
     export: (static) the tour's exporter, export(out_dir, app_url=...); default
-    picaso_core.ui.tour.export_static.
+    picaso_core.ui.tour.cache.export_static.
     """
     check_kind(kind)
     out = Path(out)
@@ -146,9 +146,9 @@ def _check_out(out: Path, source: Path, force: bool) -> None:
 
 def _tour_exporter() -> Callable[..., object]:
     try:
-        from picaso_core.ui.tour import export_static
+        from picaso_core.ui.tour.cache import export_static
     except ImportError as e:
-        raise PrepareError(f"the static Space needs the tour's exporter (picaso_core.ui.tour.export_static): {e}") from None
+        raise PrepareError(f"the static Space needs the tour's exporter (picaso_core.ui.tour.cache.export_static): {e}") from None
     return export_static
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import math
-import re
-from pathlib import Path
 
 import gradio as gr
+
+from picaso_core.session import Resources
+from picaso_core.session import store_fault as session_store_fault
 
 log = logging.getLogger("picaso_explorer")
 
@@ -33,18 +34,13 @@ def bad_input(message: str, endpoint: str = "") -> gr.Error:
 
 def store_fault(error: Exception, paths=()) -> gr.Error:
     """The gr.Error for a request that failed on a known store fault (a damaged shard, a context a
-    read-only store lacks): the visitor's message names no server path (each of `paths` is cut to
-    its last name, any other absolute path too); the log gets the full message on ONE line."""
-    log.warning("store fault: %s", str(error).replace("\n", " "))
-    return gr.Error(public_message(str(error), paths), print_exception=False)
+    read-only store lacks): the session's StoreFault (its message names no server path, the log
+    gets the full message on ONE line) as a visitor's error, with no traceback printed."""
+    return gr.Error(str(session_store_fault(error, paths)), print_exception=False)
 
 
-def public_message(message: str, paths=()) -> str:
-    """`message` with the server's folders cut to their last name: /srv/stores/demo -> demo."""
-    for p in sorted({str(p) for p in paths if p} | {str(Path(p).resolve()) for p in paths if p and "://" not in str(p)},
-                    key=len, reverse=True):
-        message = message.replace(p.rstrip("/"), Path(p).name or p)
-    return re.sub(r"(?<![\w.:/])(?:/[\w.+@-]+)+/([\w.+@-]+)", r"\1", message)
+# every request of the app raises its store faults as the visitor's error above
+Resources.store_fault = staticmethod(store_fault)
 
 
 def whole_number(name: str, value, lo: int, hi: int, endpoint: str = "") -> int:

@@ -4,11 +4,31 @@ page follows the light / dark setting)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Callable
 
 import gradio as gr
 import plotly.io as pio
 
-from picaso_core.ui.resources import Resources
+from picaso_core.session import Resources
+from picaso_core.ui.server.serving import LIGHT
+
+
+@dataclass(frozen=True)
+class PageLoad:
+    """An event a tab wants run when the page loads (its opening values): a tab's `render` returns
+    them and the page registers them with `page_loads` (Blocks.load, Gradio's public API; a tab has
+    no handle on the page's Blocks)."""
+
+    fn: Callable
+    inputs: list
+    outputs: list
+
+
+def page_loads(demo: gr.Blocks, loads) -> None:
+    """Register the tabs' PageLoad events on the page (inside `with demo:`), each light and private."""
+    for load in loads or ():
+        demo.load(load.fn, load.inputs, load.outputs, api_visibility="private", **LIGHT)
 
 THEME = gr.themes.Soft(primary_hue="orange", secondary_hue="blue", neutral_hue="slate")
 

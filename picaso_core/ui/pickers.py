@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.serving import LIGHT
+from picaso_core.session import Resources
+from picaso_core.ui.server.serving import LIGHT
 
 SHOWN = 20  # choices in a context dropdown at a time
 EXAMPLES_SHOWN = 40  # corpus examples offered in an example dropdown (the API takes any example id)

@@ -3,8 +3,8 @@
     python -m picaso_core.ui.tour build [--model demo --corpus demo --cache-dir D]   # precompute every step
     python -m picaso_core.ui.tour export DIR [--app-url URL] [--cache-dir D]          # the tour as a static site
 
-The steps are data (picaso_core.ui.tour_steps.STEPS); each one's view is computed by the tab's own
-handlers (picaso_core.ui.tour_runs) and kept in <cache-dir>/tour/<corpus>-<model fingerprint>.json,
+The steps are data (picaso_core.ui.tour.steps.STEPS); each one's view is computed by the tab's own
+handlers (picaso_core.ui.tour.runs) and kept in <cache-dir>/tour/<corpus>-<model fingerprint>.json,
 keyed by the model's and the corpus's fingerprints and by the step's own definition: a cache made
 for another model, corpus or step definition is stale, rebuilt and never shown. The app starts a
 build in the background when its cache is missing or stale (a new corpus or model), and a step
@@ -31,10 +31,12 @@ from pathlib import Path
 import pandas as pd
 import plotly.io as pio
 
-from picaso_core.ui import serving
-from picaso_core.ui.resources import DEFAULT_CACHE, Resources
-from picaso_core.ui.tour_runs import RUNNERS, View, resolve
-from picaso_core.ui.tour_steps import STEPS, Step
+from picaso_core.session import DEFAULT_CACHE, Resources, load_resources
+from picaso_core.ui.errors import bad_input
+from picaso_core.ui.server import serving
+from picaso_core.ui.tour.runs import RUNNERS, View, resolve
+from picaso_core.ui.tour.static import write_site
+from picaso_core.ui.tour.steps import STEPS, Step
 
 CACHE_VERSION = "tour/1"
 log = logging.getLogger("picaso.tour")
@@ -247,8 +249,6 @@ def tour_step(res: Resources, step) -> dict:
     try:
         s, view, meta = show(res, step, raw=True)
     except ValueError as e:
-        from picaso_core.ui.errors import bad_input
-
         raise bad_input(str(e), ENDPOINT) from None
     return {"step": STEPS.index(s) + 1, "steps": len(STEPS), "title": s.title, "tab": s.tab, "inputs": dict(s.inputs),
             "text": view.text, "cached": meta["cached"], "seconds": meta["seconds"],
@@ -261,16 +261,12 @@ def export_static(out_dir: str | Path, app_url: str | None = None, cache_dir: st
     """Write the tour as a static site in `out_dir` (index.html + plotly.min.js) that opens with no
     Python and no network; each step links to the live app's view of it when `app_url` is given.
     Uses the cache (building what it lacks). Returns the index.html path."""
-    from picaso_core.ui.tour_static import write_site
-
     res = res or _load(model, corpus, cache_dir)
     entries = build(res, cache_dir, log=lambda s: print(s, file=sys.stderr))
     return write_site(out_dir, [(s, entries[n]) for n, s in enumerate(STEPS, 1)], app_url)
 
 
 def _load(model: str, corpus: str, cache_dir) -> Resources:
-    from picaso_core.ui.resources import load_resources
-
     return load_resources(model, corpus, cache_dir=cache_dir or DEFAULT_CACHE, log=lambda s: print(s, file=sys.stderr))
 
 
@@ -304,5 +300,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"tour: {len(STEPS)} steps written to {index}")
 
 
-if __name__ == "__main__":
-    main()

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 import pandas as pd
 import plotly.graph_objects as go
 
-from picaso_core.ui.resources import Resources
+from picaso_core.session import TUNED_DIR, Resources
+from picaso_core.ui.tabs import attribution as attribution_tab
+from picaso_core.ui.tabs import coffee as coffee_tab
+from picaso_core.ui.tabs import compose as C
+from picaso_core.ui.tabs import landscape as landscape_tab
+from picaso_core.ui.tabs import primer as primer_tab
+from picaso_core.ui.tabs import soup_handlers
+from picaso_core.ui.tour.links import TABS
 
 
 @dataclass
@@ -29,13 +36,13 @@ def resolve(res: Resources, tab: str, inputs: dict) -> dict:
     """A step's inputs for the loaded corpus and model: the demo's example ids where the corpus has
     them, else the corpus's first (labelled) example; a layer within the model's."""
     out = dict(inputs)
+    if tab == "compose":  # every input a Compose link names is set: what the step leaves out, at its default
+        out = {**{k: v for k, v in C.DEFAULTS.items() if k in TABS["compose"].inputs}, **out}
     ids = {s.sample_id for s in res.corpus.samples}
     if tab == "compose" and out.get("example") not in ids:
         out["example"] = res.corpus.samples[0].sample_id if res.corpus.samples else None
     if tab == "attribution" and out.get("example") not in ids:
-        from picaso_core.ui.attribution_tab import qa_samples
-
-        qa = qa_samples(res)
+        qa = attribution_tab.qa_samples(res)
         out["example"] = qa[0].sample_id if qa else None
     if tab == "landscape" and out.get("sample") not in ids | {"average"}:
         out["sample"] = res.corpus.samples[0].sample_id if res.corpus.samples else "average"
@@ -53,25 +60,20 @@ def _memo(memo: dict | None, key, fn):
 
 
 # ---- Compose & compare ------------------------------------------------------------------------
-def _compose(res: Resources, memo, example, k=5, most_relevant_last=True, max_new_tokens=24, model="base", **_):
-    from picaso_core.ui import compose_tab as C
+def _compose(res: Resources, memo, example, **inputs):
+    """The Compose tab's run for a step's inputs (the request's fields it names; the rest DEFAULTS)."""
+    named = {k: v for k, v in inputs.items() if k in C.DEFAULTS and k not in ("continuation", "example")}
 
     def run():
-        r = res
-        if model == "bptc":
-            from picaso_core.ui.finetune_tab import tuned_resources
-
-            r = tuned_resources(res)
         query, continuation = C.pick_example(res, example)
-        ctxs, results, scored = C.run_compose(r, query, continuation, k, None, most_relevant_last, max_new_tokens, example)
+        req = C.ComposeRequest.of(res, query, continuation, example=example, **named)
+        ctxs, results, scored = C.run_compose(C.model_resources(res, req), req)
         return ctxs, {x.method: x for x in results}, results, scored
 
-    return _memo(memo, ("compose", example, k, most_relevant_last, max_new_tokens, model), run)
+    return _memo(memo, ("compose", example, *sorted(named.items())), run)
 
 
 def compose_none_vs_concat(res: Resources, memo=None, **inputs) -> View:
-    from picaso_core.ui import compose_tab as C
-
     ctxs, by, results, scored = _compose(res, memo, **inputs)
     none, concat = by["none"], by["concat"]
     tok = res.model.tokenizer
@@ -85,8 +87,6 @@ def compose_none_vs_concat(res: Resources, memo=None, **inputs) -> View:
 
 
 def compose_methods(res: Resources, memo=None, **inputs) -> View:
-    from picaso_core.ui import compose_tab as C
-
     _, by, results, scored = _compose(res, memo, **inputs)
     state = [m for m in ("soup", "caso", "picaso_s", "picaso_r") if m in by]
     best = min(state, key=lambda m: by[m].loss)
@@ -98,8 +98,6 @@ def compose_methods(res: Resources, memo=None, **inputs) -> View:
 
 
 def compose_order(res: Resources, memo=None, **inputs) -> View:
-    from picaso_core.ui import compose_tab as C
-
     flipped = not inputs.get("most_relevant_last", True)
     _, a, _, _ = _compose(res, memo, **{**inputs, "most_relevant_last": not flipped})
     _, b, _, _ = _compose(res, memo, **{**inputs, "most_relevant_last": flipped})
@@ -124,8 +122,6 @@ def compose_order(res: Resources, memo=None, **inputs) -> View:
 
 
 def compose_time(res: Resources, memo=None, **inputs) -> View:
-    from picaso_core.ui import compose_tab as C
-
     ctxs, by, results, scored = _compose(res, memo, **inputs)
     fast = min(("soup", "caso", "picaso_s", "picaso_r"), key=lambda m: by[m].compose_s)
     text = (f"**Look at** the right panel (log scale): reading the {sum(c.num_tokens for c in ctxs)} tokens of "
@@ -138,10 +134,7 @@ def compose_time(res: Resources, memo=None, **inputs) -> View:
 
 
 def compose_finetuned(res: Resources, memo=None, **inputs) -> View:
-    from picaso_core.ui import compose_tab as C
-    from picaso_core.ui.finetune_tab import SHIPPED_DIR
-
-    if res.model_name != "demo" or not (SHIPPED_DIR / "config.json").is_file():
+    if res.model_name != "demo" or not (TUNED_DIR / "config.json").is_file():
         return View("The bundled fine-tuned model goes with the demo model only: this step needs `--model demo`.")
     _, base, _, _ = _compose(res, memo, **{**inputs, "model": "base"})
     _, tuned, _, _ = _compose(res, memo, **{**inputs, "model": "bptc"})
@@ -161,47 +154,35 @@ def compose_finetuned(res: Resources, memo=None, **inputs) -> View:
 
 # ---- other tabs -------------------------------------------------------------------------------
 def soup_map(res: Resources, memo=None, layer=2, part="ssm", method="pca", dim=2, **_) -> View:
-    from picaso_core.ui.soup_handlers import soup_map as run
-
-    fig, quality, summary, *_ = run(res, layer, part, method, dim)
+    fig, quality, summary, *_ = soup_handlers.soup_map(res, layer, part, method, dim)
     return View("**Look at** the clusters: one colour per skill. " + summary, [fig, quality])
 
 
 def soup_two_task(res: Resources, memo=None, w=0.5, **_) -> View:
-    from picaso_core.ui.soup_handlers import two_task
-
-    fig, summary, table, *_ = two_task(res, w=w)
+    fig, summary, table, *_ = soup_handlers.two_task(res, w=w)
     return View(summary, [fig], [("Generations at every w", table)])
 
 
 def landscape(res: Resources, memo=None, sample="average", steps=21, pair="u2-u3", view="contour", **_) -> View:
-    from picaso_core.ui.landscape_tab import landscape as run
-
-    summary, soup, caso, _line, prop4, *_ = run(res, sample, steps, pair, view)
+    summary, soup, caso, _line, prop4, *_ = landscape_tab.landscape(res, sample, steps, pair, view)
     return View(summary, [soup, caso], [("Distances and losses (prop. 4)", prop4)])
 
 
 def attribution(res: Resources, memo=None, example=None, k=5, **_) -> View:
-    from picaso_core.ui.attribution_tab import attribute, pick_example
-
-    query, answer, picked = pick_example(res, example)
-    _, summary, bars, *_ = attribute(res, query, answer, k, picked or None, None, example)
+    query, answer, picked = attribution_tab.pick_example(res, example)
+    _, summary, bars, *_ = attribution_tab.attribute(res, query, answer, k, picked or None, None, example)
     return View(summary, [bars])
 
 
 def primer(res: Resources, memo=None, magnitude=0.9, phase=20, selectivity=1.0, **_) -> View:
-    from picaso_core.ui.primer_tab import lti, selective
-
-    _kernel, eigen, md, *_ = lti(magnitude, phase)
-    sel, _ = selective(selectivity)
+    _kernel, eigen, md, *_ = primer_tab.lti(magnitude, phase)
+    sel, _ = primer_tab.selective(selectivity)
     return View(md + " **Below**, a static Δ forgets at one rate, a selective Δ decides per input what to keep.",
                 [eigen, sel])
 
 
 def coffee(res: Resources, memo=None, task="ih", steps=300, seconds=6, **_) -> View:
-    from picaso_core.ui.coffee_tab import train_live
-
-    *_, last = train_live(task=task, steps=steps, seconds=seconds)
+    *_, last = coffee_tab.train_live(task=task, steps=steps, seconds=seconds)
     _loss, acc, status, table, *_ = last
     return View(status, [acc], [("This run vs the paper", table)])
 

@@ -19,17 +19,19 @@ import time
 import gradio as gr
 import pandas as pd
 
+from picaso_core.data import DEMO_ATTRIBUTION_EXAMPLE
 from picaso_core.plots import attribution as plots
-from picaso_core.ui import attribution_sources as src
-from picaso_core.ui.attribution_views import (METHODS, NAMES, code_snippets, contexts_html, figures,  # noqa: F401
+from picaso_core.ui.tabs import attribution_panel as src
+from picaso_core.ui.tabs.attribution_views import (METHODS, NAMES, code_snippets, contexts_html, figures,  # noqa: F401
                                               summary_md)
 from picaso_core.ui.code import show_code
 from picaso_core.ui.errors import bad_input, clip, id_list, text, whole_number
-from picaso_core.ui.gpu import gpu
+from picaso_core.ui.server.gpu import gpu
+from picaso_core.ui.layout import PageLoad
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.serving import LIGHT, MODEL
+from picaso_core.session import Resources
+from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "Attribution"
 MAX_CONTEXTS = 10  # the app's context limit: at most this many contexts per attribution request
@@ -63,9 +65,6 @@ INTRO = (
 PAPER_NOTE = ("Paper (table 4): MS MARCO, Mamba2-2.7B, precision of the top-scored passage. LOI 0.699, "
               "Concat 0.690, Soup 0.629, CASO 0.725, PICASO-R 0.732, PICASO-S 0.731.")
 TOKEN_METHOD = "picaso_r"
-# The demo example the tab opens on: 5 candidates, every method's top one is the gold one, and leaving
-# it out costs ~3 nats per answer token (picked from scripts/measure_attribution.py's records).
-DEFAULT_EXAMPLE = "demo-test-q0035"
 _QA_CACHE: dict[int, list] = {}
 
 
@@ -281,7 +280,7 @@ def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None
                   progress=lambda *a, **kw: None):
     """Table 4's protocol over the first n labelled examples. Returns (table, figure, markdown, data)."""
     from picaso_core.analysis.attribution import PAPER_TABLE4, attribution_precision
-    from picaso_core.ui.resources import CONTEXT_SUFFIX
+    from picaso_core.session import CONTEXT_SUFFIX
 
     ep = "/attribution_precision"
     n_samples = whole_number("examples", n_samples, 1, PRECISION_MAX_SAMPLES, ep)
@@ -330,11 +329,11 @@ def _num(x, digits: int = 2):
 
 
 # ---- layout ---------------------------------------------------------------------------------
-def render(res: Resources) -> None:
+def render(res: Resources) -> list[PageLoad]:
     """Lay the tab out inside the current gr.Tab and wire its events."""
     choices = example_choices(res)
     ids = [sid for _, sid in choices]
-    first = DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in ids else (ids[0] if ids else None)
+    first = DEMO_ATTRIBUTION_EXAMPLE if DEMO_ATTRIBUTION_EXAMPLE in ids else (ids[0] if ids else None)
     q0, a0, c0 = pick_example(res, first)
     gr.Markdown(INTRO)
     note(limits(res), "attribution-limits")
@@ -421,8 +420,8 @@ def render(res: Resources) -> None:
 
     example.change(lambda sid: pick_example(res, sid), example, [query, answer, picked], api_visibility="private",
                    **LIGHT)
-    gr.context.Context.root_block.load(lambda sid: (*pick_example(res, sid), "sentence"), example,
-                                       [query, answer, picked, grain], api_visibility="private", **LIGHT)
+    # the tab opens on its example at sentence grain: run by the page's load (app.py, Blocks.load)
+    opening = PageLoad(lambda sid: (*pick_example(res, sid), "sentence"), [example], [query, answer, picked, grain])
     @gpu(duration=20)
     def generate_endpoint(query, k=5, contexts=None):
         """The model's own greedy answer from the PICASO-R composition of the contexts."""
@@ -448,3 +447,4 @@ def render(res: Resources) -> None:
           api_visibility="private", **LIGHT)
     prec_run.click(precision_endpoint, [n_samples, methods], [prec_table, prec_fig, prec_md, prec_data],
                    api_name="attribution_precision", preprocess=False, **MODEL)
+    return [opening]

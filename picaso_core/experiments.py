@@ -1,6 +1,6 @@
 """The paper's experiments over a corpus, in one command (PICASO sec. 6.1-6.3, figs. 3, 5-9, table 1).
 
-    python -m picaso_core.analysis.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo
+    python -m picaso_core.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo
 
 Protocol (sec. 6.1). For each query the contexts are the top-k chunks of a retriever, presented most
 relevant LAST (Concat's best-case order, sec. 6.2):
@@ -23,8 +23,9 @@ an interrupted run resumes where it stopped, and a part that needs a record anot
 made (the QA pass at k = all passages, the MiniLM curve of the ablation) reuses it. Outputs in
 --out: records.jsonl, summary.json, report.html (self-contained, opens offline), paper_vs_ours.md.
 
-This module is the command: its parts, the measurements of fig. 7 and 9, the CLI. The record log and
-the k-sweep are in picaso_core/analysis/sweep.py, the rankers in picaso_core/retrieval/rankers.py, and
+This module is the command: its parts and the CLI; it stands above the analyses and the figures (it
+writes the report through picaso_core.plots). The measurements of figs. 7 and 9 are in
+picaso_core/analysis/measurements.py, the record log and the k-sweep in picaso_core/analysis/sweep.py, the rankers in picaso_core/retrieval/rankers.py, and
 what is made from the records (curves, gains, paper vs ours, the report) in
 picaso_core/analysis/summaries.py.
 """
@@ -38,7 +39,6 @@ import hashlib
 import json
 import os
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -47,53 +47,13 @@ from typing import Sequence
 # torch and the engine are imported inside the functions that run the protocol (evaluate imports
 # compose on first use), so that `--help` and a bad flag answer at once.
 from picaso_core.analysis.evaluate import METHODS
-from picaso_core.analysis.summaries import _round, histogram, paper_vs_ours, summarize
+from picaso_core.analysis.measurements import chunk_lengths, process_vs_generate
+from picaso_core.analysis.summaries import paper_vs_ours, summarize
 from picaso_core.analysis.sweep import CONTEXT_SUFFIX, ContextSource, RecordLog, parse_ks, run_sweep
 from picaso_core.retrieval.rankers import RETRIEVERS, make_ranker
 
 LONG_METHODS = ("none", "concat", "soup", "caso", "picaso_s", "picaso_r")  # fig. 6: no PICConcat-R (n² tokens)
 ABLATION_METHODS = ("none", "picaso_r")  # fig. 8 ablates PICASO-R
-
-
-# --------------------------------------------------------------------------------------------
-# Measurements (fig. 7, fig. 9)
-# --------------------------------------------------------------------------------------------
-def chunk_lengths(model, texts: Sequence[str], bins: int = 30) -> dict:
-    """Fig. 9: histograms of the chunks' lengths in characters and tokens (text + CONTEXT_SUFFIX)."""
-    return {"chars": histogram([len(t) for t in texts], bins),
-            "tokens": histogram([len(model.tokenizer.encode(t + CONTEXT_SUFFIX)) for t in texts], bins),
-            "n_chunks": len(texts)}
-
-
-def process_vs_generate(model, lengths: Sequence[int], new_tokens: int = 32, repeats: int = 3,
-                        text: str = "", seed: int = 0) -> dict:
-    """Fig. 7 / appendix B.3: seconds to process n context tokens (one forward from the empty
-    state) vs to generate `new_tokens` from the resulting state, median of `repeats`.
-
-    The tokens are `text` tokenised and repeated to length n (random ids when `text` is empty).
-    """
-    import torch
-
-    base = model.tokenizer.encode(text) if text else []
-    if not base:
-        g = torch.Generator().manual_seed(seed)
-        base = torch.randint(0, model.config.vocab_size, (max(lengths, default=1),), generator=g).tolist()
-    out = {"tokens": [], "process_s": [], "generate_s": [], "new_tokens": new_tokens}
-    for n in lengths:
-        ids = (base * (n // len(base) + 1))[:n]
-        proc, gen = [], []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                st = model.encode_context(ids)
-            proc.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            model.generate(ids[-1:], st, max_new_tokens=new_tokens, temperature=0, stop_at_eos=False)
-            gen.append(time.perf_counter() - t0)
-        out["tokens"].append(n)
-        out["process_s"].append(_round(statistics.median(proc)))
-        out["generate_s"].append(_round(statistics.median(gen)))
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,7 +74,7 @@ def default_store_dir(corpus: str, split: str, fingerprint: str, database: str |
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m picaso_core.analysis.experiments", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m picaso_core.experiments", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="demo", help="'demo', a checkpoint folder, or a hub id")
     p.add_argument("--corpus", default="demo", help="demo | wikitext | msmarco | a .jsonl file")
@@ -308,7 +268,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
                  "samples": len(samples), "ks": args.ks, "methods": list(methods),
                  "threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - t_start, 1),
                  "records": len(log), "date": time.strftime("%Y-%m-%d %H:%M"),
-                 "command": "python -m picaso_core.analysis.experiments " + " ".join(sys.argv[1:] if argv is None else argv),
+                 "command": "python -m picaso_core.experiments " + " ".join(sys.argv[1:] if argv is None else argv),
                  "training_tokens": _training_tokens(args.model)},
         "timing": timing, "lengths": chunk_lengths(model, texts), "skipped": skipped,
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from picaso_core.plots import attribution as plots
-from picaso_core.ui import attribution_sources as src
+from picaso_core.ui.tabs import attribution_panel as src
 from picaso_core.ui.code import client_snippet
 from picaso_core.ui.errors import clip
 

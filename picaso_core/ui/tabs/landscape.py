@@ -26,10 +26,10 @@ from picaso_core.assets import ASSETS
 from picaso_core.plots.landscape import colour_scale, line_figure, plane_figure, plane_title, zrange
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
-from picaso_core.ui.gpu import gpu
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.serving import LIGHT, MODEL
+from picaso_core.session import Resources
+from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "Loss landscape"
 ENDPOINT = "/landscape"
@@ -141,7 +141,7 @@ def cache_key(res: Resources, steps: int = STEPS, pair: str = "u2-u3") -> str:
 
 
 def _cache_file(res: Resources) -> Path:
-    from picaso_core.ui.resources import derived_folder
+    from picaso_core.session import derived_folder
 
     return Path(res.cache_dir) / "landscape" / (derived_folder(res.cache_dir, res.store).name + ".json")
 
@@ -249,8 +249,8 @@ def figures(d: dict, view: str = "contour"):
 def code(d: dict, view: str) -> tuple[str, str]:
     ids = d["sample_ids"]
     py = (
-        "from picaso_core.ui.resources import load_resources\n"
-        "from picaso_core.ui.landscape_tab import load_samples\n"
+        "from picaso_core.session import load_resources\n"
+        "from picaso_core.ui.tabs.landscape import load_samples\n"
         "from picaso_core.analysis.landscape_fig2 import fig2\n"
         "from picaso_core.plots.landscape import plane_figure\n\n"
         f"res = load_resources({d.get('model', 'demo')!r})\n"

@@ -1,7 +1,15 @@
-"""What the app loads once and shares read-only between users: model, corpus, state store, retriever.
+"""The session: what loads once and is shared read-only between users (model, corpus, state store,
+retriever), below the UI. bench/, scripts/, notebooks and the app all start from here:
+
+    from picaso_core.session import load_resources
+    res = load_resources("demo")          # model, corpus, state store, retriever
+    ids = list(res.database)[:3]          # context ids
+    states = res.states(ids)              # their stored states, encoded once on first use
 
 No Gradio here: `load_resources` is what `python app.py` runs before building the page, and what a
-notebook or bench script can run on its own.
+notebook or bench script can run on its own. A request that fails on a known store fault raises
+`StoreFault` (one line, no server path); the app's UI presents it as its own error
+(`Resources.store_fault`, set by picaso_core.ui.errors).
 
 The store is a cache: <cache_dir>/<corpus>-<split>-<model fingerprint>/. Opening it reads only
 store.json (states load lazily from disk). A context is encoded the first time a request uses it and
@@ -25,11 +33,16 @@ import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
-from picaso_core.data import CorpusError, limit_corpus  # noqa: F401  (re-exported: callers import it from here too)
+import torch
+
+from picaso_core.assets import ASSETS
+from picaso_core.data import DEMO_DATA_DIR, CorpusError, limit_corpus, load_corpus
+from picaso_core.data.hub import HubError
+from picaso_core.engine.loading import load_model
 from picaso_core.retrieval.retriever import Embedder, Retriever, SentenceEmbedder, embeddings_path
 from picaso_core.store.store import (CorruptShardError, StateStore, StoreError, check_serves, derived_folder, heal,
                                      is_url, missing_index, tqdm_progress)
@@ -43,9 +56,39 @@ DEFAULT_SPLIT = "test"
 log = logging.getLogger("picaso_explorer")  # the app's log (picaso_core.ui.errors writes the same one)
 
 
+TUNED_DIR = ASSETS / "demo_model_bptc"  # the shipped BPTC fine-tune of the demo model
+TUNED_COMMAND = "python scripts/finetune_demo.py"  # what makes it
+
+
 class ModelLoadError(RuntimeError):
     """The model named at start cannot be loaded (no such folder or hub id, offline, a checkpoint
     that does not match its config): its message names the model and the fix."""
+
+
+class TunedModelError(ValueError):
+    """The shipped fine-tuned model cannot serve this app (not bundled, or not a fine-tune of the
+    loaded model): its message names the fix."""
+
+
+class StoreFault(StoreError):
+    """A request failed on a known store fault (a damaged shard, a context a read-only store lacks).
+    Its message is the visitor's: no server path, one line."""
+
+
+def public_message(message: str, paths=()) -> str:
+    """`message` with the server's folders cut to their last name: /srv/stores/demo -> demo."""
+    for p in sorted({str(p) for p in paths if p} | {str(Path(p).resolve()) for p in paths if p and "://" not in str(p)},
+                    key=len, reverse=True):
+        message = message.replace(p.rstrip("/"), Path(p).name or p)
+    return re.sub(r"(?<![\w.:/])(?:/[\w.+@-]+)+/([\w.+@-]+)", r"\1", message)
+
+
+def store_fault(error: Exception, paths=()) -> Exception:
+    """The exception a request raises on a known store fault: a StoreFault with the visitor's
+    message (each of `paths` cut to its last name, any other absolute path too); the log gets the
+    full message on ONE line."""
+    log.warning("store fault: %s", str(error).replace("\n", " "))
+    return StoreFault(public_message(str(error), paths))
 
 
 @dataclass
@@ -63,6 +106,10 @@ class Resources:
     # Everything the app derives (embeddings, caches, warm-up files, skill library) is written
     # under this folder, never into or beside a store the operator pointed at.
     cache_dir: Path = DEFAULT_CACHE
+
+    # how a request's store fault is raised: the session's StoreFault; the app's UI replaces it with
+    # its own visitor error (picaso_core.ui.errors installs it)
+    store_fault: ClassVar[Callable[[Exception, list], Exception]] = staticmethod(store_fault)
 
     def __post_init__(self):
         self._num_tokens: dict[str, int] = {}
@@ -123,9 +170,7 @@ class Resources:
                 heal(self.store, lambda line: log.warning("%s", line), verify=False)
                 return self.store.get_many(ids)
         except StoreError as e:  # a damaged or read-only store: one line to the visitor and the log
-            from picaso_core.ui.errors import store_fault
-
-            raise store_fault(e, [self.store.url, self.store.folder, self.cache_dir]) from None
+            raise self.store_fault(e, [self.store.url, self.store.folder, self.cache_dir]) from None
 
     def describe(self) -> str:
         cfg = self.model.config
@@ -212,8 +257,6 @@ def shipped_embeddings(corpus_name: str, split: str, embedder_name: str) -> list
     """Embedding files that ship with a corpus (the demo's, in assets/demo_data)."""
     if corpus_name != "demo":
         return []
-    from picaso_core.data import DEMO_DATA_DIR
-
     return [DEMO_DATA_DIR / f"{split}_database.{embedder_name}.safetensors"]
 
 
@@ -226,8 +269,6 @@ def fault_message(error: BaseException, cache_dir: str | Path = DEFAULT_CACHE) -
     """The one line app.py prints for a known start-up fault (a damaged or missing store, a bad
     corpus file, a hub corpus offline, a folder it cannot write), or None for anything else (a
     bug, which keeps its traceback)."""
-    from picaso_core.data.hub import HubError
-
     if isinstance(error, (StoreError, CorpusError, HubError, ModelLoadError)):
         return str(error)
     if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS and error.filename:
@@ -262,11 +303,6 @@ def load_resources(
     dtype: the weights' and activations' dtype, "float32", "bfloat16" or "float16" (states stay
     float32; another dtype is another model fingerprint, so another store).
     """
-    import torch
-
-    from picaso_core.data import load_corpus
-    from picaso_core.engine.loading import load_model
-
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
@@ -307,3 +343,22 @@ def load_resources(
         progress=tqdm_progress("embedding contexts for retrieval"))
     times["retriever"] = time.perf_counter() - t
     return Resources(m, model, c, store, retriever, max_tokens, times, Path(cache_dir))
+
+
+def tuned_resources(res: Resources) -> Resources:
+    """`res` with the shipped fine-tuned model (TUNED_DIR) and its own state store (same corpus and
+    retriever): states of one model are never composed by another. Loaded once per Resources.
+    Raises TunedModelError where it cannot serve (not bundled; not a fine-tune of res's model)."""
+    def make():
+        if not (TUNED_DIR / "config.json").is_file():
+            raise TunedModelError(f"no fine-tuned model bundled ({TUNED_DIR.name}); make it with `{TUNED_COMMAND}`")
+        model = load_model("demo-bptc", device=res.model.device)
+        if model.config != res.model.config or model.tokenizer.vocab_size != res.model.tokenizer.vocab_size:
+            raise TunedModelError(f"the fine-tuned model is a fine-tune of the demo model, not of {res.model_name}: "
+                                  "start the app with --model demo to compare them")
+        model.name_or_path = "demo-bptc"
+        folder = store_folder(Path(res.cache_dir), res.corpus.name, res.corpus.split, model.fingerprint())
+        store = open_or_build_store(model, res.database, folder, log=lambda *_: None)
+        return replace(res, model=model, model_name="demo-bptc", store=store)
+
+    return res.derived("tuned", make)

@@ -1,4 +1,4 @@
-"""The State soup tab's skill library, one per app (picaso_core.ui.soup_tab lays the tab out).
+"""The State soup tab's skill library, one per app (picaso_core.ui.tabs.soup lays the tab out).
 
 The library (12 demonstrations of 16 train items per task and shuffled twin, the paper's
 clustering set-up) is encoded on first use into a StateStore under the app's cache folder and
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from picaso_core.analysis import soup, soup_projection
-from picaso_core.ui.resources import Resources
+from picaso_core.session import Resources
 
 SHOTS, PER_TASK, SEED = 16, 12, 0  # paper A.1: 12 16-shot demonstrations per task
 WARM_UMAP = os.environ.get("PICASO_WARM_UMAP", "1") != "0"  # tests switch the background compile off

@@ -27,10 +27,10 @@ from picaso_core.lab.complexity import SERIES, measure_complexity
 from picaso_core.plots import primer as P
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, text, whole_number
-from picaso_core.ui.gpu import gpu
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.limits import count_slider
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.serving import LIGHT, MODEL
+from picaso_core.session import Resources
+from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "Primer"
 DEFAULT_TEXT = ("Velmora is a city on the river Quell. It was founded in 1423 by Osric Dallen, "
@@ -244,7 +244,7 @@ def complexity(res: Resources, lengths="256, 512, 1024, 2048, 4096", one_thread=
 
 
 def _code(which: str, **kw) -> tuple[str, str]:
-    load = "from picaso_core.ui.resources import load_resources\nres = load_resources('demo')\n"
+    load = "from picaso_core.session import load_resources\nres = load_resources('demo')\n"
     py = {
         "lti": ("from picaso_core.lab.primer import demo_system, lti_recurrence, lti_convolution_fft, toy_sequence\n"
                 "import math\n"

@@ -12,34 +12,87 @@ gets one short message naming the fix and one line in the server log.
 from __future__ import annotations
 
 import html
+import inspect
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
+from picaso_core.data import DEMO_COMPOSE_EXAMPLE
 from picaso_core.plots.compose import method_figure
+from picaso_core.retrieval.rankers import own_passages
+from picaso_core.session import TUNED_DIR, Resources, TunedModelError, tuned_resources
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, clip, flag, id_list, text, whole_number
-from picaso_core.ui.finetune_tab import SHIPPED_DIR as FINETUNED_DIR
-from picaso_core.ui.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, count_slider, note
-from picaso_core.ui.resources import Resources
 from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
-from picaso_core.ui.serving import (FIGURES, HISTORY_ROWS, LIGHT, MODEL, cache_stats, memo, retrieve,
-                                    run_methods_cached)
+from picaso_core.ui.server.gpu import gpu
+from picaso_core.ui.server.serving import HISTORY_ROWS, LIGHT, MODEL
+from picaso_core.ui.tabs.compose_runs import FIGURES, cache_stats, memo, retrieve, run_methods_cached
 
 TITLE = "Compose & compare"
-# The example the tab opens on: the demo question whose CASO / PICASO generations stop at EOS
-# (an answer that ends cleanly, never "<|endoftext|>"); another corpus opens on its first example.
-DEFAULT_EXAMPLE = "demo-test-r0003"
 K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate beyond
 MAX_NEW_TOKENS = 64
 ENDPOINT = "/compose"
-DEFAULTS = dict(k=5, contexts=[], most_relevant_last=True, max_new_tokens=24, example=None, model="base")  # the API's defaults
-MODELS = (("base model", "base"), ("fine-tuned (BPTC)", "bptc"))  # model choice (the BPTC model: finetune_tab)
-# /compose runs in the app's one model pool (picaso_core.ui.serving): the model is shared read-only
+MODELS = (("base model", "base"), ("fine-tuned (BPTC)", "bptc"))  # model choice (the BPTC model: session.tuned_resources)
+
+
+@dataclass(frozen=True)
+class ComposeRequest:
+    """One /compose request: the API's parameters, in its order, with its defaults (DEFAULTS). The
+    tab's handlers, the endpoint's signature, its code snippets and the tour all read this one list.
+    The tab opens on the demo's DEMO_COMPOSE_EXAMPLE (another corpus: its first example)."""
+
+    query: str
+    continuation: str = ""
+    k: int = 5
+    contexts: tuple = ()  # picked context ids, in composition order; empty: the top-k retrieved
+    most_relevant_last: bool = True
+    max_new_tokens: int = 24
+    example: str | None = None
+    model: str = "base"
+
+    @classmethod
+    def of(cls, res: Resources, *args, **kwargs) -> "ComposeRequest":
+        """The request from raw API values (positional in the API's order, or by name), each checked:
+        one short message naming the fix (gr.Error) for a bad one. Raw payloads come as they were
+        sent (the event runs with preprocess=False)."""
+        try:
+            raw = inspect.signature(cls).bind(*args, **kwargs).arguments
+        except TypeError as e:
+            raise bad_input(f"/compose takes {', '.join(f.name for f in fields(cls))}: {e}", ENDPOINT) from None
+        get = lambda name: raw.get(name, DEFAULTS.get(name))  # noqa: E731
+        query = text("query", raw.get("query"), ENDPOINT)
+        if not query.strip():
+            raise bad_input("Type a query, or pick an example from the corpus.", ENDPOINT)
+        example, model = get("example"), get("model")
+        if example is not None and not isinstance(example, str):
+            raise bad_input(f"example must be an example id, got {clip(repr(example), 40)}", ENDPOINT)
+        if model not in dict(MODELS).values():
+            raise bad_input(f"model must be 'base' or 'bptc' (the fine-tuned demo model), got {clip(repr(model), 40)}",
+                            ENDPOINT)
+        return cls(
+            query=query,
+            continuation=text("continuation", get("continuation"), ENDPOINT),
+            k=whole_number("k", get("k"), 1, min(K_MAX, len(res.database)), ENDPOINT),
+            contexts=tuple(id_list("contexts", get("contexts"), ENDPOINT) or ()),
+            most_relevant_last=flag("most_relevant_last", get("most_relevant_last"), ENDPOINT),
+            max_new_tokens=whole_number("max_new_tokens (tokens to generate)", get("max_new_tokens"), 0,
+                                        MAX_NEW_TOKENS, ENDPOINT),
+            example=example or None,
+            model=model,
+        )
+
+    def api(self) -> dict:
+        """The values a gradio_client call must pass: the query and continuation, and what differs
+        from DEFAULTS."""
+        return {k: v for k, v in asdict(self).items() if k in ("query", "continuation") or v != DEFAULTS.get(k)}
+
+
+DEFAULTS = {f.name: f.default for f in fields(ComposeRequest) if f.name != "query"}  # the API's defaults
+# /compose runs in the app's one model pool (picaso_core.ui.server.serving): the model is shared read-only
 # (forward and generate keep no state on the module; the store's ensure is locked; the Rust
 # tokenizer's encode takes &self), and 10 concurrent clients get exactly their serial answers
 # (tests/test_concurrency.py).
@@ -111,16 +164,15 @@ def pick_example(res: Resources, sample_id: str | None) -> tuple[str, str]:
     return s.query, s.continuation
 
 
-def choose_contexts(
-    res: Resources, query: str, k: int, picked: list[str] | None, most_relevant_last: bool, sample_id: str | None
-) -> list[Context]:
+def choose_contexts(res: Resources, req: ComposeRequest) -> list[Context]:
     """The contexts of a run, in the order they are composed (the last one sits next to the query).
 
     Hand-picked ids keep the order given; otherwise the top-k retrieved, most relevant last when
     `most_relevant_last` (the paper's best-case order for Concat, sec. 6.2). An example's own chunks
     (`exclude_ids`, the WikiText protocol) are never retrieved.
     """
-    sample = _sample(res, sample_id) if sample_id else None
+    query, k, picked, most_relevant_last = req.query, req.k, list(req.contexts), req.most_relevant_last
+    sample = _sample(res, req.example) if req.example else None
     if sample is not None and sample.query != query:
         sample = None  # the query was edited: no longer that example
     gold = set(sample.gold_ids) if sample else set()
@@ -131,41 +183,21 @@ def choose_contexts(
             raise bad_input(f"unknown context id {names}: pick ids from 'Pick contexts by hand' "
                             f"(e.g. {next(iter(res.database))!r})", ENDPOINT)
         hits = list(zip(picked, res.retriever.similarity(query, picked)))
-    else:
-        from picaso_core.retrieval.rankers import own_passages  # a QA example (MS MARCO) ranks only its own passages
+    else:  # a QA example (MS MARCO) ranks only its own passages
         hits = (own_passages(res.retriever, query, sample.context_ids, k, best_last=most_relevant_last)
                 if sample is not None and sample.kind == "qa" and sample.contexts else
                 retrieve(res.retriever, query, k, sample.exclude_ids if sample else (), most_relevant_last))
     return [Context(cid, res.text(cid), res.num_tokens(cid), score, cid in gold) for cid, score in hits]
 
 
-def run_compose(
-    res: Resources,
-    query: str,
-    continuation: str = "",
-    k: int = 5,
-    picked: list[str] | None = None,
-    most_relevant_last: bool = True,
-    max_new_tokens: int = 24,
-    sample_id: str | None = None,
-    progress=lambda *a, **kw: None,
-):
-    """Run every method on one query. Returns (contexts, results, scored).
+def run_compose(res: Resources, req: ComposeRequest, progress=lambda *a, **kw: None):
+    """Run every method on one checked request (`ComposeRequest.of`) with `res`'s model (the
+    request's `model` is chosen by `compose`). Returns (contexts, results, scored).
 
-    Raises gr.Error (one short message naming the fix, one log line) on bad input: an empty or
-    too long query, k or max_new_tokens not a whole number in range, unknown ids, or contexts
-    longer than `res.max_tokens` tokens in total. Inputs may be raw API payloads (the event runs
-    with preprocess=False), so every one is checked here.
+    Raises gr.Error (one short message naming the fix, one log line) where the request does not fit
+    this app: unknown ids, or a query or contexts longer than `res.max_tokens` tokens in total.
     """
-    query, continuation = text("query", query, ENDPOINT), text("continuation", continuation, ENDPOINT)
-    if not query.strip():
-        raise bad_input("Type a query, or pick an example from the corpus.", ENDPOINT)
-    k = whole_number("k", k, 1, min(K_MAX, len(res.database)), ENDPOINT)
-    max_new_tokens = whole_number("max_new_tokens (tokens to generate)", max_new_tokens, 0, MAX_NEW_TOKENS, ENDPOINT)
-    picked = id_list("contexts", picked, ENDPOINT)
-    most_relevant_last = flag("most_relevant_last", most_relevant_last, ENDPOINT)
-    if sample_id is not None and not isinstance(sample_id, str):
-        raise bad_input(f"example must be an example id, got {clip(repr(sample_id), 40)}", ENDPOINT)
+    query, continuation, max_new_tokens = req.query, req.continuation, req.max_new_tokens
     tok = res.model.tokenizer
     query_ids = tok.encode(query)
     scored = bool(continuation)
@@ -179,14 +211,14 @@ def run_compose(
         raise bad_input(f"The {what} tokens; this app reads at most {res.max_tokens}. "
                         f"Shorten {'them' if scored else 'it'}.", ENDPOINT)
     progress(0.05, desc="retrieving contexts")
-    contexts = choose_contexts(res, query, k, picked, most_relevant_last, sample_id)
+    contexts = choose_contexts(res, req)
     total = sum(c.num_tokens for c in contexts)
     if total > res.max_tokens:
         raise bad_input(
             f"The {len(contexts)} contexts hold {total} tokens; this app composes at most {res.max_tokens}. "
             "Lower k or pick shorter contexts (or start the app with a larger --max-tokens).", ENDPOINT
         )
-    # through the composed-state and scored-run caches (picaso_core.ui.serving); each result's note
+    # through the composed-state and scored-run caches (compose_runs); each result's note
     # says whether its state came from the cache
     results = run_methods_cached(res, query_ids, continuation_ids, [c.cid for c in contexts],
                                  tuple(m for m, *_ in METHODS), max_new_tokens, progress)
@@ -271,38 +303,29 @@ def history_row(query: str, contexts: list[Context], results, scored: bool) -> d
     return row
 
 
-def compose(
-    res: Resources,
-    query: str,
-    continuation: str = "",
-    k: int = 5,
-    contexts: list[str] | None = None,
-    most_relevant_last: bool = True,
-    max_new_tokens: int = 24,
-    example: str | None = None,
-    history: list[dict] | None = None,
-    progress=lambda *a, **kw: None,
-    model: str = "base",
-):
+def model_resources(res: Resources, req: ComposeRequest) -> Resources:
+    """The Resources that run `req`: the app's, or with model "bptc" the bundled BPTC fine-tune's
+    (its own state store)."""
+    if req.model != "bptc":
+        return res
+    try:
+        return tuned_resources(res)
+    except TunedModelError as e:
+        raise bad_input(str(e), ENDPOINT) from None
+
+
+def compose(res: Resources, *args, history: list[dict] | None = None, progress=lambda *a, **kw: None, **kwargs):
     """The /compose handler: every output of the tab, ready for its components, in OUTPUTS order:
     order, summary, table, plot, generations, runs, results (plain data), the two code snippets,
-    then this session's history (gr.State, not part of the API). model: "base" or "bptc" (the
-    bundled BPTC fine-tune, with its own state store)."""
-    if model not in dict(MODELS).values():
-        raise bad_input(f"model must be 'base' or 'bptc' (the fine-tuned demo model), got {clip(repr(model), 40)}", ENDPOINT)
-    if model == "bptc":
-        from picaso_core.ui.finetune_tab import tuned_resources
-
-        res = tuned_resources(res)
-    ctxs, results, scored = run_compose(
-        res, query, continuation, k, contexts, most_relevant_last, max_new_tokens, example, progress
-    )
+    then this session's history (gr.State, not part of the API). `args` / `kwargs`: the request's
+    raw values (ComposeRequest's fields, checked there)."""
+    req = ComposeRequest.of(res, *args, **kwargs)
+    res = model_resources(res, req)
+    ctxs, results, scored = run_compose(res, req, progress)
+    query = req.query
     history = ((history or []) + [history_row(query, ctxs, results, scored)])[-HISTORY_ROWS:]  # bounded per session
-    # run_compose has checked the inputs; the snippets repeat the run's own values
-    picked = bool(contexts)
-    run = dict(query=query, continuation=continuation or "", k=DEFAULTS["k"] if picked else len(ctxs),
-               contexts=[c.cid for c in ctxs] if picked else [], most_relevant_last=most_relevant_last,
-               max_new_tokens=int(float(max_new_tokens)), example=example or None, model=model)
+    # the snippets repeat the run's own values: with retrieval, k is the contexts it found
+    run = replace(req, k=req.k if req.contexts else len(ctxs))
     return (
         contexts_html(ctxs),
         summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query))),
@@ -311,7 +334,7 @@ def compose(
              lambda: results_plot(results, scored)),
         generations_html(results, res.model.tokenizer),
         pd.DataFrame(history),
-        results_data(res, query, continuation or "", ctxs, results, scored),
+        results_data(res, query, req.continuation, ctxs, results, scored),
         python_snippet(res, run, ctxs),
         api_snippet(run),
         history,
@@ -321,11 +344,16 @@ def compose(
 def warm(res: Resources) -> None:
     """Score the example the tab opens on with the default settings, so that the scored-run cache
     serves the first visitor's click (app.py runs this in the background at start-up)."""
-    ids = [s.sample_id for s in res.corpus.samples[:EXAMPLES_SHOWN]]
-    sid = DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in ids else ids[0] if ids else None
+    sid = first_example(res)
     k = min(DEFAULTS["k"], len(res.database))  # a corpus smaller than the default k is not an error
     if sid is not None:
-        compose(res, *pick_example(res, sid), k, [], True, DEFAULTS["max_new_tokens"], sid)
+        compose(res, *pick_example(res, sid), k=k, example=sid)
+
+
+def first_example(res: Resources) -> str | None:
+    """The example the tab opens on: the demo's DEMO_COMPOSE_EXAMPLE, else the corpus's first."""
+    ids = [s.sample_id for s in res.corpus.samples[:EXAMPLES_SHOWN]]
+    return DEMO_COMPOSE_EXAMPLE if DEMO_COMPOSE_EXAMPLE in ids else (ids[0] if ids else None)
 
 
 def results_data(res: Resources, query: str, continuation: str, contexts: list[Context], results, scored: bool) -> dict:
@@ -348,37 +376,37 @@ def results_data(res: Resources, query: str, continuation: str, contexts: list[C
     }
 
 
-def python_snippet(res: Resources, run: dict, contexts: list[Context]) -> str:
+def python_snippet(res: Resources, run: ComposeRequest, contexts: list[Context]) -> str:
     """picaso_core code that recomputes this run's table (same contexts, same stored states)."""
     corpus = res.corpus.name if res.corpus.name in ("demo", "wikitext", "msmarco") else f"path/to/{res.corpus.name}.jsonl"
     ids = [c.cid for c in contexts]
-    sample = next((x for x in res.corpus.samples if x.sample_id == run["example"] and x.query == run["query"]), None)
+    sample = next((x for x in res.corpus.samples if x.sample_id == run.example and x.query == run.query), None)
     exclude = f", exclude={list(sample.exclude_ids)!r}" if sample is not None and sample.exclude_ids else ""
-    how = ("picked by hand" if run["contexts"] else
-           f"= [c for c, _ in res.retriever.retrieve(query, {len(ids)}{exclude}, best_last={run['most_relevant_last']})]")
-    cont = "tok.encode(continuation)" if run["continuation"] else "[tok.eos_id]  # no continuation: losses meaningless"
+    how = ("picked by hand" if run.contexts else
+           f"= [c for c, _ in res.retriever.retrieve(query, {len(ids)}{exclude}, best_last={run.most_relevant_last})]")
+    cont = "tok.encode(continuation)" if run.continuation else "[tok.eos_id]  # no continuation: losses meaningless"
     methods = tuple(m for m, *_ in METHODS)
     return (
         "from picaso_core.analysis.evaluate import run_methods\n"
-        "from picaso_core.ui.resources import load_resources\n\n"
+        "from picaso_core.session import load_resources\n\n"
         f"res = load_resources({res.model_name!r}, {corpus!r}, {res.corpus.split!r})  # model, corpus, state store, retriever\n"
         "tok = res.model.tokenizer\n"
-        f"query = {run['query']!r}\n"
-        f"continuation = {run['continuation']!r}\n"
+        f"query = {run.query!r}\n"
+        f"continuation = {run.continuation!r}\n"
         f"ids = {ids!r}  # composed in this order; {how}\n"
         "results = run_methods(\n"
         f"    res.model, tok.encode(query), {cont},\n"
         "    [res.token_ids(c) for c in ids], context_states=res.states(ids),\n"
-        f"    methods={methods!r}, generate_tokens={run['max_new_tokens']}, seed=0)\n"
+        f"    methods={methods!r}, generate_tokens={run.max_new_tokens}, seed=0)\n"
         "for r in results:\n"
         "    print(f\"{r.method:12s} loss {r.loss:.3f}  compose {r.compose_s * 1e3:8.2f} ms  {tok.display_text(r.generation or [])!r}\")\n"
     )
 
 
-def api_snippet(run: dict) -> str:
+def api_snippet(run: ComposeRequest) -> str:
     """The gradio_client call of this run, then where its plain results are."""
-    kwargs = {k: v for k, v in run.items() if k in ("query", "continuation") or v != DEFAULTS.get(k)}
-    return client_snippet(ENDPOINT, **kwargs) + (
+    api = {k: list(v) if isinstance(v, tuple) else v for k, v in run.api().items()}
+    return client_snippet(ENDPOINT, **api) + (
         "order, summary, table, plot, generations, runs, results, python_code, client_code = result\n"
         'for method, r in results["methods"].items():\n'
         '    print(method, r["loss"], r["compose_ms"], r["generation"])\n'
@@ -403,14 +431,23 @@ def _num(x, digits: int):
     return round(x, digits) if _finite(x) else None
 
 
+def endpoint_signature() -> inspect.Signature:
+    """/compose's signature, which Gradio reads for the API's parameter names and defaults: the
+    request's fields with DEFAULTS (query required), then the session's history (a gr.State, not
+    in the API) and Gradio's progress tracker."""
+    param = lambda name, default=inspect.Parameter.empty: inspect.Parameter(  # noqa: E731
+        name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+    return inspect.Signature([param(f.name, *([] if f.name == "query" else [DEFAULTS[f.name]]))
+                              for f in fields(ComposeRequest)] + [param("history", None), param("progress", gr.Progress())])
+
+
 # ---- layout ---------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     """Lay the tab out inside the current gr.Tab and wire its events."""
     legend = "\n".join(f"- **{label}**: {text}" for _, label, text, _ in METHODS)
     note(limits(res), "compose-limits")
     choices = example_choices(res)
-    ids = [sid for _, sid in choices]
-    first = DEFAULT_EXAMPLE if DEFAULT_EXAMPLE in ids else (ids[0] if ids else None)
+    first = first_example(res)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
             example = gr.Dropdown(choices, value=first, label="Example from the corpus",
@@ -420,16 +457,17 @@ def render(res: Resources) -> None:
             continuation = gr.Textbox("", label="Expected continuation (optional)", lines=2, elem_id="compose-continuation",
                                       info="scored under each composed state; leave empty to compare generations only")
             with gr.Row():
-                k = count_slider(1, min(K_MAX, len(res.database)), 5, label="Contexts to retrieve (k)")
-                most_relevant_last = gr.Checkbox(value=True, label="Most relevant last",
+                k = count_slider(1, min(K_MAX, len(res.database)), DEFAULTS["k"], label="Contexts to retrieve (k)")
+                most_relevant_last = gr.Checkbox(value=DEFAULTS["most_relevant_last"], label="Most relevant last",
                                                  info="next to the query, the paper's best order for Concat")
             with gr.Accordion("Pick contexts by hand", open=False):
                 picked = context_picker(res, label="Contexts, in order", elem_id="compose-contexts",
                                         info="when set, used instead of retrieval, in the order picked")
-            max_new_tokens = gr.Slider(0, MAX_NEW_TOKENS, value=24, step=1, label="Tokens to generate per method")
-            model_choice = gr.Radio(list(MODELS), value="base", label="Model", elem_id="compose-model",
+            max_new_tokens = gr.Slider(0, MAX_NEW_TOKENS, value=DEFAULTS["max_new_tokens"], step=1,
+                                       label="Tokens to generate per method")
+            model_choice = gr.Radio(list(MODELS), value=DEFAULTS["model"], label="Model", elem_id="compose-model",
                                     info="the bundled BPTC fine-tune learned to use composed states (Fine-tuning tab)",
-                                    visible=res.model_name == "demo" and (FINETUNED_DIR / "config.json").is_file())
+                                    visible=res.model_name == "demo" and (TUNED_DIR / "config.json").is_file())
             run = gr.Button("Compose & compare", variant="primary", elem_id="compose-run")
         with gr.Column(scale=3, min_width=420):
             gr.Markdown("#### Composition order")
@@ -454,22 +492,23 @@ def render(res: Resources) -> None:
     history = gr.State([])
 
     @gpu(duration=30)
-    def compose_endpoint(query, continuation, k, contexts, most_relevant_last, max_new_tokens,
-                         example=None, history=None, model="base", progress=gr.Progress()):
+    def compose_endpoint(*values):
         """Compose the retrieved (or given) contexts' states with every method and compare them."""
-        return compose(res, query, continuation, k, contexts, most_relevant_last, max_new_tokens,
-                       example, history, progress, model)
+        *raw, history, progress = values  # the request's fields, then the two below (endpoint_signature)
+        return compose(res, *raw, history=history, progress=progress)
 
-    # filling two text boxes is instant: no queue slot to wait for
-    example.change(lambda sid: pick_example(res, sid), example, [query, continuation], api_visibility="private",
-                   **LIGHT)
-    # the tab opens on an example (its query stays empty at build time, so /compose's query has no
-    # default): the main button gives a result with the defaults, not "Type a query"
-    gr.context.Context.root_block.load(lambda sid: pick_example(res, sid), example, [query, continuation],
-                                       api_visibility="private", **LIGHT)
+    compose_endpoint.__signature__ = endpoint_signature()
+
+    # filling two text boxes is instant: no queue slot to wait for. On the page's load and on every
+    # change of the example (gr.on with no triggers): the tab opens on an example (its query stays
+    # empty at build time, so /compose's query has no default), so the main button gives a result
+    # with the defaults, not "Type a query"
+    gr.on(None, lambda sid: pick_example(res, sid), example, [query, continuation], api_visibility="private", **LIGHT)
+    inputs = dict(query=query, continuation=continuation, k=k, contexts=picked, most_relevant_last=most_relevant_last,
+                  max_new_tokens=max_new_tokens, example=example, model=model_choice)
     gr.on(
         [run.click, query.submit], compose_endpoint,
-        [query, continuation, k, picked, most_relevant_last, max_new_tokens, example, history, model_choice],
+        [inputs[f.name] for f in fields(ComposeRequest)] + [history],
         [order, summary, table, plot, gens, history_table, data, py_code, client_code, history],
         api_name="compose", preprocess=False, **MODEL,
     )

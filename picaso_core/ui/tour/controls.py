@@ -20,12 +20,15 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from gradio.components.plot import PlotData
 
-from picaso_core.ui import tour
-from picaso_core.ui.export import figure_html, landscape_csv, projector_tsv, table_csv
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.serving import LIGHT, MODEL
-from picaso_core.ui.tour_links import FROM_EXAMPLE, TABS, coerce, find, link_query
-from picaso_core.ui.tour_runs import resolve
+from picaso_core.session import Resources
+from picaso_core.ui.server.serving import LIGHT, MODEL
+from picaso_core.ui.tabs import attribution as attribution_tab
+from picaso_core.ui.tabs import compose as compose_tab
+from picaso_core.ui.tabs.soup_lab import SHOTS, lab_for
+from picaso_core.ui.tour import cache as tour
+from picaso_core.ui.tour.exports import figure_html, landscape_csv, projector_tsv, table_csv
+from picaso_core.ui.tour.links import FROM_EXAMPLE, TABS, coerce, descendants, find, link_query
+from picaso_core.ui.tour.runs import resolve
 
 N_FIGS = 2  # figures a step shows side by side
 BAR_ON, BAR_OFF = ["px-tour"], ["px-tour", "px-off"]  # the tour bar's classes, shown and hidden
@@ -47,7 +50,7 @@ class Controls:
     figs: list
     table: gr.Dataframe
     step: gr.State
-    current: gr.State  # the key of the tab on screen (tour_links.TABS)
+    current: gr.State  # the key of the tab on screen (tour.links.TABS)
     press: gr.Textbox  # elem_id of a run button the page presses after a link is restored
 
 
@@ -85,14 +88,10 @@ def render_controls(res: Resources) -> Controls:
 def example_fill(res: Resources, key: str, example: str | None) -> dict:
     """The inputs a tab's example fills in (compose: query, continuation; attribution: query, answer)."""
     if key == "compose":
-        from picaso_core.ui.compose_tab import pick_example
-
-        q, c = pick_example(res, example)
+        q, c = compose_tab.pick_example(res, example)
         return {"query": q, "continuation": c}
     if key == "attribution":
-        from picaso_core.ui.attribution_tab import pick_example
-
-        q, a, _ = pick_example(res, example)
+        q, a, _ = attribution_tab.pick_example(res, example)
         return {"query": q, "answer": a}
     return {}
 
@@ -187,8 +186,6 @@ def export_files(res: Resources, key: str, which: str, plots: list, tables: list
     if which == "projector":
         if not isinstance(data, dict) or "layer" not in data:
             raise gr.Error("Draw the skill map first: the export is the map on screen.")
-        from picaso_core.ui.soup_lab import SHOTS, lab_for
-
         lib = lab_for(res).library()
         x = lib.unit_features(int(data["layer"]), data["part"])
         projector_tsv(x, lib.tasks, int(data["layer"]), SHOTS, folder, stem=f"soup_layer{data['layer']}_{data['part']}")
@@ -219,8 +216,6 @@ def export_files(res: Resources, key: str, which: str, plots: list, tables: list
 
 def render_exports(res: Resources, key: str, tab_block) -> None:
     """An Export accordion at the end of a tab: every table as CSV, every plot as standalone HTML."""
-    from picaso_core.ui.tour_links import descendants
-
     comps = list(descendants(tab_block))
     plots = [c for c in comps if isinstance(c, gr.Plot)]
     tables = [c for c in comps if isinstance(c, gr.Dataframe)]

@@ -13,7 +13,7 @@ import html
 
 from picaso_core.analysis.sources import GRAINS, WAYS
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
-from picaso_core.ui.resources import CONTEXT_SUFFIX, Resources, log
+from picaso_core.session import CONTEXT_SUFFIX, Resources, log
 
 GRAIN_NAMES = {"context": "whole contexts", "sentence": "sentences", "word": "words"}
 WAY_NAMES = {"states": "composed from the sources' stored states (no re-encoding)",

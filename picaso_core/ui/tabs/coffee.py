@@ -28,8 +28,8 @@ from picaso_core.assets import ASSETS
 from picaso_core.plots.coffee import NAMES, curves_figure, ih0_figure
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, whole_number
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.serving import LIGHT, MODEL
+from picaso_core.session import Resources
+from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "COFFEE lab"
 # the run table's columns (shown empty before a run, not as gradio's "1 2 3")

@@ -1,5 +1,5 @@
 """The State soup tab's handlers: plain functions of the app's Resources (tested without a server),
-each returning what the tab shows and its plain data; picaso_core.ui.soup_tab lays them out and
+each returning what the tab shows and its plain data; picaso_core.ui.tabs.soup lays them out and
 names their API endpoints.
 """
 
@@ -13,9 +13,9 @@ from picaso_core.data.skills import ARROW, format_query
 from picaso_core.plots import soup as plots
 from picaso_core.ui.code import client_snippet
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.soup_lab import PER_TASK, SEED, SHOTS, lab_for
-from picaso_core.ui.soup_text import best_layer_sentence, mixing_summary, two_task_story
+from picaso_core.session import Resources
+from picaso_core.ui.tabs.soup_lab import PER_TASK, SEED, SHOTS, lab_for
+from picaso_core.ui.tabs.soup_text import best_layer_sentence, mixing_summary, two_task_story
 
 KS = (1, 2, 4, 8, 16)
 METHOD_LABEL = {"pca": "PCA", "tsne": "t-SNE", "umap": "UMAP"}

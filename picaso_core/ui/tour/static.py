@@ -11,7 +11,7 @@ import html
 import json
 from pathlib import Path
 
-from picaso_core.ui.tour_steps import Step
+from picaso_core.ui.tour.steps import Step
 
 PLOTLY_FILE = "plotly.min.js"
 

@@ -19,12 +19,11 @@ import os
 import threading
 import time
 
-from dataclasses import replace
 
 import torch
 
-from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
-from picaso_core.ui.page_config import UNREAD_KEYS, SlimConfig, slim_config  # noqa: F401  (serving's API)
+from picaso_core.analysis.compose_cache import DEFAULT_BUDGET
+from picaso_core.ui.server.page_config import UNREAD_KEYS, SlimConfig, slim_config  # noqa: F401  (serving's API)
 
 POOL = "model"
 MODEL = dict(concurrency_limit="default", concurrency_id=POOL)  # the shared pool, sized by queue()
@@ -37,9 +36,6 @@ DEFAULT_THREADS = 0  # torch threads per job; 0: the cores shared out among the 
 HISTORY_ROWS = 20  # rows of a session's run history kept
 LIGHT_THREADS = 14  # threads beyond the pool's: light events and Gradio's own sync routes (/info)
 
-CACHE = ComposeCache(int(float(os.environ.get("PICASO_COMPOSE_CACHE_MB", DEFAULT_BUDGET / 2**20)) * 2**20))
-RESULTS = ResultCache(64)  # scored runs: a repeated click, the example every visitor opens on
-FROM_RESULTS = "results from cache"
 
 
 def settings(env: dict[str, str] | None = None) -> dict:
@@ -96,15 +92,12 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def serve(demo, *, workers: int, queue_size: int, max_sessions: int, cache_mb: float | None = None,
-          threads: int = DEFAULT_THREADS):
+def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: int = DEFAULT_THREADS):
     """Queue `demo` with one model pool of `workers`, at most `queue_size` waiting events (0: no
     bound) refused with BUSY beyond, and at most `max_sessions` sessions' state kept; torch runs
     `job_threads(workers, threads)` threads. Returns the launch() keyword arguments that go with it."""
-    check(workers, queue_size, max_sessions, 0 if cache_mb is None else cache_mb, threads)
+    check(workers, queue_size, max_sessions, 0, threads)
     torch.set_num_threads(job_threads(workers, threads))
-    if cache_mb is not None:
-        CACHE.budget = int(cache_mb * 2**20)
     demo.queue(default_concurrency_limit=workers, max_size=queue_size or None)
     _say_busy(demo._queue)
     tune_allocator()
@@ -243,65 +236,3 @@ def _libc():
         return libc if libc is not None and hasattr(libc, "malloc_trim") else None
     except OSError:
         return None
-
-
-def cache_stats() -> dict:
-    """The composed-state cache's counters: hits, misses, hit_rate, bytes, entries, evictions and
-    miss reasons, per method and in total; the byte budget; and the scored-run cache's."""
-    return {**CACHE.stats(), "results": RESULTS.stats()}
-
-
-RETRIEVALS = ResultCache(256)  # (retriever, query, k, exclusions, order) -> hits: a query embedding each
-FIGURES = ResultCache(64)  # a run's figure by its figures (the plot of a repeated click)
-
-
-def memo(cache: ResultCache, key, make):
-    """cache's value for key, made (and kept) by make() on a miss."""
-    out = cache.get(key)
-    if out is None:
-        out = make()
-        cache.put(key, out)
-    return out
-
-
-def retrieve(retriever, query: str, k: int, exclude=(), best_last: bool = True) -> list:
-    """retriever.retrieve, remembered: a repeated click does not embed its query again."""
-    return memo(RETRIEVALS, (id(retriever), query, k, tuple(exclude), best_last),
-                lambda: retriever.retrieve(query, k, exclude=exclude, best_last=best_last))
-
-
-def store_fingerprint(res) -> str:
-    """What the stored states depend on besides the model: which store, and the text appended to
-    each context before encoding."""
-    return f"{res.store.url}|{res.store.suffix!r}"
-
-
-def run_methods_cached(res, query_ids: list[int], continuation_ids: list[int], ids: list[str], methods,
-                       max_new_tokens: int, progress=lambda *a, **kw: None) -> list:
-    """`run_methods` for contexts `ids` of `res`, through the caches: a run scored before (same
-    model, store, tokens, contexts in order, tokens to generate) comes back as it was; otherwise
-    each method's state comes from CACHE where its key allows. Each result's `note` says which:
-    "state from cache", "composed (<why it missed>)" or FROM_RESULTS. Compose times are the
-    methods' own (measured when the state was composed), so the table compares the methods
-    whether or not this click recomposed them."""
-    from picaso_core.analysis.evaluate import run_methods
-
-    fps = dict(model_fp=res.model.fingerprint(), store_fp=store_fingerprint(res))
-    key = (fps["model_fp"], fps["store_fp"], tuple(query_ids), tuple(continuation_ids), tuple(ids),
-           tuple(methods), int(max_new_tokens))
-    hit = RESULTS.get(key)
-    if hit is not None:
-        return [replace(r, note=FROM_RESULTS) for r in hit]
-    new = sum(cid not in res.store for cid in ids)
-    progress(0.15, desc=f"encoding {new} new contexts into the store" if new else f"loading {len(ids)} stored states")
-    states = res.states(ids)
-    context_ids = [res.token_ids(cid) for cid in ids]
-    progress(0.3, desc=f"composing with {len(methods)} methods, generating {max_new_tokens} tokens each")
-    built, looked = cached_states(CACHE, res.model, methods, ids, context_ids, states, **fps,
-                                  threads=rotation_threads(device=res.model.device.type))
-    results = run_methods(res.model, query_ids, continuation_ids, context_ids, context_states=states,
-                          methods=methods, generate_tokens=max_new_tokens, seed=0, prebuilt=built)
-    results = [replace(r, compose_s=looked[r.method].compose_s, note=looked[r.method].label)
-               if r.method in looked else r for r in results]
-    RESULTS.put(key, results)
-    return results

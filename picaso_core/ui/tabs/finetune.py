@@ -18,25 +18,21 @@ import copy
 import json
 import queue
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
-from picaso_core.assets import ASSETS
 from picaso_core.finetune import train as FT
 from picaso_core.plots import finetune as PF
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, whole_number
-from picaso_core.ui.gpu import gpu
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.serving import LIGHT, MODEL
+from picaso_core.session import TUNED_COMMAND, TUNED_DIR, Resources
+from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "Fine-tuning"
-SHIPPED_DIR = ASSETS / "demo_model_bptc"
-SHIPPED_COMMAND = "python scripts/finetune_demo.py"
 ENDPOINT, CANCEL_ENDPOINT = "/finetune", "/finetune_cancel"
 MAX_STEPS, MAX_K = 300, 10
 COMPARE_SAMPLES, COMPARE_K = 10, 5
@@ -47,7 +43,7 @@ _CANCEL = threading.Event()
 
 
 # ---- the shipped fine-tune --------------------------------------------------------------------
-def load_shipped(folder: Path = SHIPPED_DIR) -> tuple[dict | None, list[dict]]:
+def load_shipped(folder: Path = TUNED_DIR) -> tuple[dict | None, list[dict]]:
     """(evaluation report, training history) of the shipped fine-tuned model; (None, []) if absent."""
     try:
         report = json.loads((folder / "finetune_eval.json").read_text())
@@ -65,7 +61,7 @@ def intro(report: dict | None) -> str:
             "retrieved contexts, back-propagating through the composition and the encoding of every context; "
             "**BP2C** detaches the composed state (cheaper: no gradient through the contexts). ")
     if not report:
-        return head + f"No shipped fine-tune found in `{SHIPPED_DIR.name}`: make it with `{SHIPPED_COMMAND}`."
+        return head + f"No shipped fine-tune found in `{TUNED_DIR.name}`: make it with `{TUNED_COMMAND}`."
     ms = report["models"]
     g = {n: (r.get("gap_own") or r.get("gap") or {}).get("gap_pct") for n, r in ms.items()}
     parts = [f"{PF.MODEL_NAMES.get(n, n)} {v:+.1f}%" for n, v in g.items() if v is not None and "qa" not in n]
@@ -109,28 +105,6 @@ def table2_frame(report: dict | None) -> pd.DataFrame:
         rows.append([ROW_NAMES.get(name, name), None if r.get("lm_loss") is None else round(r["lm_loss"], 3),
                      *[skill_cell(r.get("skills") or {}, k, with_p=False) for k in SKILL_KS]])
     return pd.DataFrame(rows, columns=cols)
-
-
-# ---- the shipped model for Compose & compare ---------------------------------------------------
-def tuned_resources(res: Resources) -> Resources:
-    """The app's Resources with the shipped fine-tuned model and its own state store (same corpus and
-    retriever): states of one model are never composed by another. Loaded once per app."""
-    def make():
-        from picaso_core.engine.loading import load_model
-        from picaso_core.ui.resources import open_or_build_store, store_folder
-
-        if not (SHIPPED_DIR / "config.json").is_file():
-            raise bad_input(f"no fine-tuned model bundled ({SHIPPED_DIR.name}); make it with `{SHIPPED_COMMAND}`")
-        model = load_model("demo-bptc", device=res.model.device)
-        if model.config != res.model.config or model.tokenizer.vocab_size != res.model.tokenizer.vocab_size:
-            raise bad_input(f"the fine-tuned model is a fine-tune of the demo model, not of {res.model_name}: "
-                            "start the app with --model demo to compare them")
-        model.name_or_path = "demo-bptc"
-        folder = store_folder(Path(res.cache_dir), res.corpus.name, res.corpus.split, model.fingerprint())
-        store = open_or_build_store(model, res.database, folder, log=lambda *_: None)
-        return replace(res, model=model, model_name="demo-bptc", store=store)
-
-    return res.derived("tuned", make)
 
 
 # ---- the live fine-tune -----------------------------------------------------------------------
@@ -202,9 +176,9 @@ def check_inputs(objective, steps, k_max, lr) -> tuple[str, int, int, float]:
 
 
 def snippets(objective: str, steps: int, k_max: int, lr: float) -> tuple[str, str]:
-    py = ("# the shipped fine-tune (4 runs, evaluation, model card): " + SHIPPED_COMMAND + "\n"
+    py = ("# the shipped fine-tune (4 runs, evaluation, model card): " + TUNED_COMMAND + "\n"
           "import copy\nfrom picaso_core import load_model\nfrom picaso_core.finetune import train as FT\nfrom picaso_core.data import load_corpus\n"
-          "from picaso_core.ui.finetune_tab import live_examples\n\n"
+          "from picaso_core.ui.tabs.finetune import live_examples\n\n"
           "model = copy.deepcopy(load_model('demo'))\n"
           "examples = live_examples(model.tokenizer, load_corpus('demo', 'train').samples)\n"
           f"cfg = FT.FinetuneConfig(objective={objective!r}, k_max={k_max}, max_steps={steps}, lr={lr}, warmup=5)\n"
@@ -300,7 +274,7 @@ def render(res: Resources) -> None:
                  "3% of its accuracy)", interactive=False, elem_id="ft-table2")
     gr.Dataframe(paper_table2_frame(), label="Paper, table 2: general LLM benchmarks, length-normalized accuracy % "
                  "(Mamba2-2.7B fine-tuned on WikiText)", interactive=False, elem_id="ft-paper-table2")
-    gr.Markdown(f"Regenerate the shipped fine-tune, its evaluation and model card: `{SHIPPED_COMMAND}`",
+    gr.Markdown(f"Regenerate the shipped fine-tune, its evaluation and model card: `{TUNED_COMMAND}`",
                 elem_classes="px-note")
 
     gr.Markdown("### Fine-tune live\nTrains a copy of the loaded model (the app's model is not changed), then "

@@ -1,7 +1,7 @@
 """Benchmarks: the paper's experiments (PICASO sec. 6, appendix B) on the loaded model and corpus.
 
 The tab opens on the bundled demo run (assets/benchmarks_summary.json, written by
-`python -m picaso_core.analysis.experiments`; regenerate it with the command in SHIPPED_COMMAND) with all its
+`python -m picaso_core.experiments`; regenerate it with the command in SHIPPED_COMMAND) with all its
 figures and the paper-vs-ours table, and a panel runs a small k-sweep live on the app's model,
 corpus and state store. API endpoint `/benchmarks`:
     Client(url).predict(samples=5, ks="0,1,2,5", methods=[...], retriever="minilm", api_name="/benchmarks")
@@ -23,14 +23,14 @@ from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS
 from picaso_core.plots import experiments as P
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, id_list, text, whole_number
-from picaso_core.ui.gpu import gpu
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, count_slider, note
-from picaso_core.ui.resources import Resources
-from picaso_core.ui.serving import MODEL
+from picaso_core.session import Resources
+from picaso_core.ui.server.serving import MODEL
 
 TITLE = "Benchmarks"
 SHIPPED = ASSETS / "benchmarks_summary.json"
-SHIPPED_COMMAND = ("python -m picaso_core.analysis.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo "
+SHIPPED_COMMAND = ("python -m picaso_core.experiments --model demo --corpus demo --samples 200 --ks 0-10 --out runs/demo "
                    "--ship assets/benchmarks_summary.json")
 LIVE_RETRIEVERS = ("minilm", "bm25", "random")  # offline; the CLI adds mpnet / GloVe when online
 MAX_SAMPLES, MAX_K = 50, 10  # the live panel stays small (the CLI runs the full protocol)
@@ -93,7 +93,7 @@ def parse_live_ks(value) -> list[int]:
     if not ks:
         raise bad_input("give at least one k, e.g. 0,1,2,5", ENDPOINT)
     if max(ks) > MAX_K:
-        raise bad_input(f"k up to {MAX_K} here (got {max(ks)}); the CLI runs more: python -m picaso_core.analysis.experiments "
+        raise bad_input(f"k up to {MAX_K} here (got {max(ks)}); the CLI runs more: python -m picaso_core.experiments "
                         "--ks 0-50", ENDPOINT)
     return ks
 
@@ -154,7 +154,7 @@ def snippets(samples: int, ks: str, methods: list[str], retriever: str) -> tuple
         "# this live sweep:\n"
         "from picaso_core.analysis import summaries as S, sweep\n"
         "from picaso_core.retrieval import rankers as R\n"
-        "from picaso_core.ui.resources import load_resources\n\n"
+        "from picaso_core.session import load_resources\n\n"
         "res = load_resources('demo', 'demo')\n"
         f"ranker = R.EmbeddingRanker(res.retriever) if {retriever!r} == 'minilm' else R.make_ranker({retriever!r}, res.database)\n"
         "log = sweep.MemoryLog()\n"
