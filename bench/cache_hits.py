@@ -76,7 +76,7 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     shown = res.corpus.samples[:EXAMPLES_SHOWN]
-    runs = ResultCache(64)  # the app's scored-run cache (serving.RESULTS)
+    runs = ResultCache(64)  # the app's scored-run cache (ui/tabs/compose_runs.RESULTS)
     clicks, whole = [], 0
     for _ in range(args.clicks):
         s = rng.choice(shown)

@@ -1,7 +1,9 @@
 """The package's architecture, checked from its source: picaso_core's import graph (every import,
 also those inside functions) has no circle, and imports run downward only:
 
-    ui                                  the Gradio tabs
+    space                               a Hugging Face Space's folder per kind of hosting
+    ui                                  the Gradio app, in three wings (below)
+    session · experiments               what loads once (Resources); the experiments command
     analysis · finetune · lab · plots   what the app shows (may import each other, without circles)
     store · retrieval                   the database of states, and what to fetch from it
     compose · data                      the composition methods; the corpora
@@ -12,6 +14,11 @@ The graph is built with `ast`, so nothing is imported to check it. Importing `a.
 `a/b/__init__.py`: a module that imports into a package from outside it depends on that package's
 __init__ too (the top-level facade picaso_core/__init__.py, whose imports are lazy, excepted). A
 package's __init__ may import its own modules.
+
+Inside ui/, the wings (tabs/, tour/, server/ and the shared modules at ui/'s top) follow their own
+rules: no tab imports another tab; the tour's steps import nothing of the UI; the server imports no
+tab and nothing of the tour; the shared modules import no wing but the server. No module is longer
+than MAX_LINES.
 
 Every `python -m picaso_core...` command that the README and docs/ show answers `--help` with exit 0.
 """
@@ -159,6 +166,86 @@ def test_engine_imports_nothing_above_it():
     assert above == set()
 
 
+# ---- inside ui/: the three wings ----------------------------------------------------------------
+MAX_LINES = 500
+
+
+def wing(module: str) -> str | None:
+    """'tabs', 'tour', 'server' or 'shared' (ui's top modules) for a module of picaso_core.ui; None
+    for anything else, the packages ui, ui.tabs, ui.tour and ui.server included (their __init__s
+    import nothing: test_the_package_inits_of_the_wings_import_nothing)."""
+    parts = module.split(".")
+    if parts[:2] != ["picaso_core", "ui"] or len(parts) < 3:
+        return None
+    if parts[2] in ("tabs", "tour", "server"):
+        return parts[2] if len(parts) > 3 else None
+    return "shared"
+
+
+def tab_of(module: str) -> str | None:
+    """The tab a module of ui/tabs/ belongs to: its name up to the first '_' (compose_runs -> compose)."""
+    parts = module.split(".")
+    return parts[3].split("_")[0] if wing(module) == "tabs" else None
+
+
+def wing_violations(graph: dict[str, set[str]]) -> list[str]:
+    """'a -> b (why)' for every import inside ui/ that breaks a wing rule."""
+    bad = []
+    for a, deps in graph.items():
+        for b in deps:
+            wa, wb = wing(a), wing(b)
+            if wa == "tabs" and wb == "tabs" and tab_of(a) != tab_of(b):
+                bad.append(f"{a} -> {b} (a tab imports another tab)")
+            if a.endswith(".ui.tour.steps") and (b.startswith("picaso_core.ui.") or b == "picaso_core.ui"):
+                bad.append(f"{a} -> {b} (the tour's steps import no UI)")
+            if wa == "server" and wb in ("tabs", "tour", "shared"):
+                bad.append(f"{a} -> {b} (the server imports no tab, tour or shared module)")
+            if wa == "shared" and wb in ("tabs", "tour"):
+                bad.append(f"{a} -> {b} (what every tab shares imports no tab or tour module)")
+    return sorted(bad)
+
+
+def test_ui_is_in_three_wings():
+    """Every module of ui/ is in a wing or among the shared modules, each wing a package."""
+    mods = modules()
+    for name in ("tabs", "tour", "server"):
+        assert mods.get(f"picaso_core.ui.{name}", (None, False))[1], f"ui/{name}/ is not a package"
+    loose = sorted(m for m in mods if wing(m) == "shared" and m.count(".") > 2)
+    assert loose == [], f"ui/ subpackages outside the three wings: {loose}"
+
+
+def test_the_wings_import_as_the_rules_say():
+    assert wing_violations(import_graph()) == []
+
+
+def test_tour_steps_import_nothing_of_the_ui_or_gradio():
+    """The static site and the tour's story read the steps without Gradio (checked on the source
+    and by importing it in a fresh interpreter)."""
+    steps = PKG / "ui" / "tour" / "steps.py"
+    graph = import_graph()
+    assert {d for d in graph["picaso_core.ui.tour.steps"] if d.startswith("picaso_core.ui")} <= {"picaso_core.ui.tour"}
+    code = ("import sys; import picaso_core.ui.tour.steps as s; "
+            "assert s.STEPS and 'gradio' not in sys.modules, sorted(m for m in sys.modules if m.startswith('gradio'))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "import gradio" not in steps.read_text(encoding="utf-8")
+
+
+def test_the_package_inits_of_the_wings_import_nothing():
+    """Importing one module of a wing runs the wing's __init__ first: they stay empty, so the tour's
+    steps (or the server's gpu decorator, which a ZeroGPU Space imports before torch) pull in nothing."""
+    for name in ("ui", "ui.tabs", "ui.tour", "ui.server"):
+        tree = ast.parse((PKG / name.replace(".", "/") / "__init__.py").read_text(encoding="utf-8"))
+        assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], name
+
+
+def test_no_module_is_longer_than_the_limit():
+    files = [*PKG.rglob("*.py"), ROOT / "app.py"]
+    long = {str(p.relative_to(ROOT)): n for p in files
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}
+
+
 def test_only_ui_imports_gradio():
     """The core and the figure builders run without a web framework (scripts, tests, the HTML report)."""
     offenders = []
@@ -173,6 +260,25 @@ def test_only_ui_imports_gradio():
 
 
 # ---- the checker itself, on small packages written here ----------------------------------------
+def test_checker_finds_each_wing_violation(tmp_path):
+    pkg = _write(tmp_path, {
+        "__init__.py": "", "ui/__init__.py": "", "ui/tabs/__init__.py": "", "ui/tour/__init__.py": "",
+        "ui/server/__init__.py": "", "ui/errors.py": "from picaso_core.ui.server import serving\n",
+        "ui/tabs/compose.py": "from picaso_core.ui.tabs import compose_runs\n", "ui/tabs/compose_runs.py": "",
+        "ui/tabs/soup.py": "def f():\n    from picaso_core.ui.tabs.compose import x\n",
+        "ui/tour/steps.py": "from picaso_core.ui import errors\n",
+        "ui/tour/runs.py": "from picaso_core.ui.tabs import compose\n",
+        "ui/server/serving.py": "from picaso_core.ui.tour import runs\n",
+        "ui/layout.py": "from picaso_core.ui.tabs import soup\n"})
+    assert wing_violations(import_graph(pkg)) == [
+        "picaso_core.ui.layout -> picaso_core.ui.tabs.soup (what every tab shares imports no tab or tour module)",
+        "picaso_core.ui.server.serving -> picaso_core.ui.tour.runs (the server imports no tab, tour or shared module)",
+        "picaso_core.ui.tabs.soup -> picaso_core.ui.tabs.compose (a tab imports another tab)",
+        "picaso_core.ui.tour.steps -> picaso_core.ui.errors (the tour's steps import no UI)"]
+    assert tab_of("picaso_core.ui.tabs.compose_runs") == tab_of("picaso_core.ui.tabs.compose") == "compose"
+
+
+
 def _write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         p = root / "picaso_core" / rel

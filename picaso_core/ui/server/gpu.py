@@ -78,7 +78,7 @@ def returns_cpu(fn: Callable) -> Callable:
 
 def to_cpu(value):
     """`value` with every torch tensor in it (nested in tuples, lists, dicts) on the CPU."""
-    import torch
+    import torch  # not at the top: a ZeroGPU Space imports `spaces` before torch, and this module first
 
     if isinstance(value, torch.Tensor):
         return value.cpu()

@@ -29,6 +29,10 @@ from __future__ import annotations
 
 import json
 
+import gradio  # noqa: F401  (defines the component classes _gradio_class_ids walks)
+from gradio.blocks import Block
+from gradio_client.utils import SKIP_COMPONENTS, value_is_file
+
 # per component: its API schema as input and as output, and example inputs (see the module's doc)
 UNREAD_KEYS = ("api_info_as_input", "api_info_as_output", "example_inputs")
 UNREAD_PROPS = ("preserved_by_key",)
@@ -48,8 +52,6 @@ SCHEMA_WORDS = ("description", "title", "additional_description")  # a schema's 
 
 def slim_config(config: dict) -> dict:
     """`config` (a /config response) without what no client reads; changed in place, returned."""
-    from gradio_client.utils import SKIP_COMPONENTS, value_is_file
-
     config.pop("layout", None)
     called = {i for dep in config.get("dependencies", ()) if dep.get("api_visibility") != "private"
               for i in (*dep.get("inputs", ()), *dep.get("outputs", ()))}
@@ -107,9 +109,6 @@ _OWN: set[str] = set()
 def _gradio_class_ids() -> set[str]:
     """The class ids of the components and layouts defined by Gradio itself."""
     if not _OWN:
-        import gradio  # noqa: F401  (defines the classes)
-        from gradio.blocks import Block
-
         todo = [Block]
         while todo:
             cls = todo.pop()

@@ -19,8 +19,11 @@ import os
 import threading
 import time
 
-
+import gradio as gr
 import torch
+from gradio.components.plot import PlotData
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 
 from picaso_core.analysis.compose_cache import DEFAULT_BUDGET
 from picaso_core.ui.server.page_config import UNREAD_KEYS, SlimConfig, slim_config  # noqa: F401  (serving's API)
@@ -116,9 +119,6 @@ def compressed() -> dict:
     (`page_config.SlimConfig`), and every response over 1 kB gzipped (the config travels as ~15% of its size).
     Starlette leaves text/event-stream (the queue's results) uncompressed, so streaming is not held
     back."""
-    from starlette.middleware import Middleware
-    from starlette.middleware.gzip import GZipMiddleware
-
     return {"middleware": [Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig)]}
 
 
@@ -174,13 +174,9 @@ def lazy_figures(demo) -> int:
     """Send the page's prebuilt figures (shipped benchmarks, curves, ...) with a load event instead
     of inside /config: the config is what every gradio_client downloads and what Gradio copies for
     every session, and these figures were most of it. Returns how many figures moved."""
-    import gradio as gr
-
     plots = [b for b in demo.blocks.values() if isinstance(b, gr.Plot) and b.value is not None]
     if not plots:
         return 0
-    from gradio.components.plot import PlotData
-
     # a component keeps its value as plain data (a dict); Plot.postprocess takes a PlotData, not that
     values = tuple(PlotData(**b.value) if isinstance(b.value, dict) else b.value for b in plots)
     for b in plots:

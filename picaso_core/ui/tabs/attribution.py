@@ -19,19 +19,21 @@ import time
 import gradio as gr
 import pandas as pd
 
-from picaso_core.data import DEMO_ATTRIBUTION_EXAMPLE
+from picaso_core.analysis.attribution import LOO_METHODS, PAPER_TABLE4, attribution_precision
+from picaso_core.analysis.attribution_sources import SpanError, score_sources, span_tokens
+from picaso_core.compose import compose
+from picaso_core.data import DEMO_ATTRIBUTION_EXAMPLE, load_corpus
 from picaso_core.plots import attribution as plots
-from picaso_core.ui.tabs import attribution_panel as src
-from picaso_core.ui.tabs.attribution_views import (METHODS, NAMES, code_snippets, contexts_html, figures,  # noqa: F401
-                                              summary_md)
+from picaso_core.session import CONTEXT_SUFFIX, Resources
 from picaso_core.ui.code import show_code
 from picaso_core.ui.errors import bad_input, clip, id_list, text, whole_number
-from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.layout import PageLoad
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
-from picaso_core.session import Resources
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import LIGHT, MODEL
+from picaso_core.ui.tabs import attribution_panel as src
+from picaso_core.ui.tabs.attribution_views import METHODS, NAMES, code_snippets, contexts_html, figures, summary_md  # noqa: F401
 
 TITLE = "Attribution"
 MAX_CONTEXTS = 10  # the app's context limit: at most this many contexts per attribution request
@@ -76,8 +78,6 @@ def qa_samples(res: Resources) -> list:
     if key not in _QA_CACHE:
         samples = list(res.corpus.samples)
         if res.corpus.name == "demo":
-            from picaso_core.data import load_corpus
-
             samples = load_corpus("demo", res.corpus.split, kind="qa").samples
         _QA_CACHE[key] = [s for s in samples if s.gold_ids and s.contexts
                           and all(cid in res.database for cid in s.context_ids)]
@@ -148,8 +148,6 @@ def generate_answer(res: Resources, query: str, k: int = 5, contexts: list[str] 
                     max_new_tokens: int = 24, endpoint: str = "/generate_answer") -> str:
     """The model's own greedy answer from the PICASO-R composition of the contexts (to attribute
     it): its first line, cut at EOS, with no special token."""
-    from picaso_core.compose import compose
-
     ids = choose_contexts(res, query, k, contexts, endpoint)
     state = compose("picaso_r", res.states(ids))
     tok = res.model.tokenizer
@@ -169,9 +167,6 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
     top {method: context id of its top source}, seconds {method: s}, ablations {method: states
     scored}, losses {all: L(S) per LOO method, none: L(empty)}, surrogate {weights, intercept, lds},
     lds {surrogate: LDS}, span {start, end, tokens, text}, token_deltas [N][T] and token_method."""
-    from picaso_core.analysis.attribution import LOO_METHODS
-    from picaso_core.analysis.attribution_sources import SpanError, score_sources, span_tokens
-
     # every raw input is checked before any model work (the event runs with preprocess=False)
     query = check_query(query)
     answer = text("answer", answer, ENDPOINT, MAX_ANSWER_CHARS)
@@ -279,9 +274,6 @@ PRECISION_COLUMNS = ["Method", "Precision", "Paper (table 4)", "Spearman vs Conc
 def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None = None,
                   progress=lambda *a, **kw: None):
     """Table 4's protocol over the first n labelled examples. Returns (table, figure, markdown, data)."""
-    from picaso_core.analysis.attribution import PAPER_TABLE4, attribution_precision
-    from picaso_core.session import CONTEXT_SUFFIX
-
     ep = "/attribution_precision"
     n_samples = whole_number("examples", n_samples, 1, PRECISION_MAX_SAMPLES, ep)
     methods = id_list("methods", methods, ep) or list(METHODS)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import html
 
-from picaso_core.analysis.sources import GRAINS, WAYS
-from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
+from picaso_core.analysis.sources import GRAINS, WAYS, SourceError, SourceStore, make_sources, source_states
 from picaso_core.session import CONTEXT_SUFFIX, Resources, log
+from picaso_core.store.store import StoreError, derived_folder
+from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
 
 GRAIN_NAMES = {"context": "whole contexts", "sentence": "sentences", "word": "words"}
 WAY_NAMES = {"states": "composed from the sources' stored states (no re-encoding)",
@@ -48,9 +49,6 @@ def check_source_inputs(grain, way, span_start, span_end, pattern, ablations, en
 def source_store(res: Resources):
     """The app's SourceStore (one per Resources), under its cache folder; None where that folder
     cannot be written (sources are then encoded per request, and the log says so once)."""
-    from picaso_core.analysis.sources import SourceStore
-    from picaso_core.store.store import StoreError, derived_folder
-
     def make():
         try:
             return SourceStore.open_or_build(derived_folder(res.cache_dir, res.store) / "sources", res.model)
@@ -65,8 +63,6 @@ def sources_for(res: Resources, ids: list[str], grain: str, pattern: str, endpoi
     """(sources, states) of the contexts `ids` at `grain`: whole contexts read from the app's store,
     smaller sources from the SourceStore (encoded on first use). Refuses a regex that matches
     nothing and more than MAX_SOURCES sources."""
-    from picaso_core.analysis.sources import SourceError, make_sources, source_states
-
     tok = res.model.tokenizer
     try:
         sources = make_sources(tok, [(c, res.text(c)) for c in ids], grain, pattern or None, CONTEXT_SUFFIX,

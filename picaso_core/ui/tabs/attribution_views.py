@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 from picaso_core.plots import attribution as plots
-from picaso_core.ui.tabs import attribution_panel as src
 from picaso_core.ui.code import client_snippet
 from picaso_core.ui.errors import clip
+from picaso_core.ui.tabs import attribution_panel as src
 
 METHODS = ("loi", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r", "surrogate")
 NAMES = {"loi": "LOI", "concat": "Concat-LOO", "soup": "Soup-LOO", "caso": "CASO-LOO", "picaso_s": "PICASO-S-LOO",

@@ -15,17 +15,17 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from picaso_core.analysis import sweep
-from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
-from picaso_core.assets import ASSETS
+from picaso_core.analysis import sweep
 from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS
+from picaso_core.assets import ASSETS
 from picaso_core.plots import experiments as P
+from picaso_core.retrieval import rankers as R
+from picaso_core.session import Resources
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, id_list, text, whole_number
-from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, count_slider, note
-from picaso_core.session import Resources
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import MODEL
 
 TITLE = "Benchmarks"

@@ -18,6 +18,7 @@ import importlib.util
 import itertools
 import json
 import threading
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -25,10 +26,12 @@ import pandas as pd
 import torch
 
 from picaso_core.assets import ASSETS
+from picaso_core.lab.tasks import IHTask
+from picaso_core.lab.training import LabConfig, Run, ih0_trajectories
 from picaso_core.plots.coffee import NAMES, curves_figure, ih0_figure
+from picaso_core.session import Resources
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, whole_number
-from picaso_core.session import Resources
 from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "COFFEE lab"
@@ -90,8 +93,6 @@ PAPER_ROWS = [  # (table, setting, model, params, paper accuracy, key into the s
 def check_inputs(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed,
                  endpoint: str = "/coffee_train") -> dict:
     """The raw inputs as a checked dict of LabConfig fields; bad input -> gr.Error naming the fix."""
-    from picaso_core.lab.tasks import IHTask
-
     choice("task", task, TASKS, endpoint)
     out = dict(task=task, seq_len=whole_number("L_seq", seq_len, 4, 256, endpoint),
                trigger_len=whole_number("L_tri", trigger_len, 1, 256, endpoint),
@@ -111,8 +112,6 @@ def check_inputs(task, seq_len, trigger_len, target_len, noise_len, n, d, steps,
 
 def configs(args: dict):
     """One LabConfig per model for the live run (the digits take the image width as D)."""
-    from picaso_core.lab.training import LabConfig
-
     base = {k: v for k, v in args.items() if k != "max_seconds"}
     lr = dict(LIVE_LR) if args["task"] == "ih" else {"coffee": None, "s6": None}
     if args["task"] == "digits":   # appendix H for both models: lr 0.01 halved below loss 0.45, roto-translation
@@ -146,10 +145,6 @@ def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, 
     """The /coffee_train handler, a generator: COFFEE and S6 train in turns, CHUNK steps each, until
     both ran `steps` or `seconds` of training passed; after every turn it yields
     (loss figure, accuracy figure, status markdown, this run vs the paper, data dict, python, client)."""
-    import time
-
-    from picaso_core.lab.training import Run
-
     args = check_inputs(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed)
     with _lock:
         if session and session in _running:
@@ -251,8 +246,6 @@ def snippets(args: dict) -> tuple[str, str]:
 def ih0_run(steps=200, train="embedding"):
     """The /coffee_ih0 handler: train sec. 5's reduced COFFEE on the 8 IH0 sequences from the
     paper's initial embedding; returns (animated figure, summary markdown, trajectories dict)."""
-    from picaso_core.lab.training import LabConfig, Run, ih0_trajectories
-
     steps = whole_number("steps", steps, 0, 5000, "/coffee_ih0")
     choice("train", train, ("embedding", "all"), "/coffee_ih0")  # embedding only: the paper's F.2
     run = Run(LabConfig(task="ih0", model="coffee", steps=max(steps, 1), lr=0.05, batch=8, ih0_train=train))

@@ -23,13 +23,27 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from picaso_core.analysis import summaries as S
+from picaso_core.analysis import sweep
+from picaso_core.data import load_corpus
 from picaso_core.finetune import train as FT
+from picaso_core.finetune.card import (
+    PAPER_ROW,
+    PAPER_TABLE1,
+    PAPER_TABLE2,
+    ROW_NAMES,
+    SKILL_KS,
+    TABLE1_METHODS,
+    skill_cell,
+)
+from picaso_core.finetune.evaluate import model_source
 from picaso_core.plots import finetune as PF
+from picaso_core.retrieval import rankers as R
+from picaso_core.session import TUNED_COMMAND, TUNED_DIR, Resources
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, whole_number
-from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
-from picaso_core.session import TUNED_COMMAND, TUNED_DIR, Resources
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "Fine-tuning"
@@ -70,8 +84,6 @@ def intro(report: dict | None) -> str:
 
 
 def table1_frame(report: dict | None) -> pd.DataFrame:
-    from picaso_core.finetune.card import PAPER_ROW, PAPER_TABLE1, ROW_NAMES, TABLE1_METHODS
-
     cols = ["Model", "Naive", "Concat", "Soup", "CASO", "PICASO-R", "PICASO-S",
             "Paper row (Mamba2-2.7B, MS MARCO; Naive ... PICASO-S)"]
     if not report:
@@ -87,16 +99,12 @@ def table1_frame(report: dict | None) -> pd.DataFrame:
 
 def paper_table2_frame() -> pd.DataFrame:
     """The paper's table 2 (general LLM benchmarks before / after fine-tuning), beside our analog."""
-    from picaso_core.finetune.card import PAPER_TABLE2
-
     tasks = list(next(iter(PAPER_TABLE2.values())))
     return pd.DataFrame([[f"Mamba2-2.7B {row}", *[f"{v[t][0]:.1f} ± {v[t][1]:.1f}" for t in tasks]]
                          for row, v in PAPER_TABLE2.items()], columns=["Paper model", *tasks])
 
 
 def table2_frame(report: dict | None) -> pd.DataFrame:
-    from picaso_core.finetune.card import ROW_NAMES, SKILL_KS, skill_cell
-
     cols = ["Model", "LM loss (held-out passages)", *[f"Skills, k={k}" for k in SKILL_KS]]
     if not report:
         return pd.DataFrame(columns=cols)
@@ -124,8 +132,6 @@ def limits(res: Resources) -> list[str]:
 
 def live_data(res: Resources):
     """(training samples, their database, held-out comparison samples) for a live run."""
-    from picaso_core.data import load_corpus
-
     if res.corpus.name == "demo":
         train = load_corpus("demo", "train")
         return train.samples, train.database, res.corpus.samples[:COMPARE_SAMPLES]
@@ -145,11 +151,6 @@ def live_examples(tok, samples) -> list[FT.Example]:
 
 def compare(res: Resources, tuned_model, samples) -> dict:
     """Held-out losses of the original and the fine-tuned copy at k = COMPARE_K, experiments protocol."""
-    from picaso_core.analysis import sweep
-    from picaso_core.retrieval import rankers as R
-    from picaso_core.analysis import summaries as S
-    from picaso_core.finetune.evaluate import model_source
-
     ranker = R.EmbeddingRanker(res.retriever, "minilm")
     out = {}
     for name, model, source in (("base", res.model, sweep.ContextSource(res.states, res.token_ids)),

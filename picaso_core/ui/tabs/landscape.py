@@ -22,13 +22,14 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from picaso_core.analysis.landscape_fig2 import fig2
 from picaso_core.assets import ASSETS
 from picaso_core.plots.landscape import colour_scale, line_figure, plane_figure, plane_title, zrange
+from picaso_core.session import Resources, derived_folder
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
-from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.limits import corpus_counts, note
-from picaso_core.session import Resources
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "Loss landscape"
@@ -117,8 +118,6 @@ def average_ids(res: Resources) -> list[str]:
 def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str = "u2-u3",
             progress=lambda *a, **kw: None) -> dict:
     """Fig. 2 for one sample or the average: Fig2.to_dict() plus the sample ids and context ids."""
-    from picaso_core.analysis.landscape_fig2 import fig2
-
     steps = _check(res, sample, steps, pair)
     if blocked(res):
         raise bad_input(" ".join(limits(res)), ENDPOINT)
@@ -141,8 +140,6 @@ def cache_key(res: Resources, steps: int = STEPS, pair: str = "u2-u3") -> str:
 
 
 def _cache_file(res: Resources) -> Path:
-    from picaso_core.session import derived_folder
-
     return Path(res.cache_dir) / "landscape" / (derived_folder(res.cache_dir, res.store).name + ".json")
 
 

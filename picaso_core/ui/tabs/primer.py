@@ -25,11 +25,11 @@ from picaso_core.assets import ASSETS
 from picaso_core.lab import primer as lab
 from picaso_core.lab.complexity import SERIES, measure_complexity
 from picaso_core.plots import primer as P
+from picaso_core.session import Resources
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, text, whole_number
-from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.limits import count_slider
-from picaso_core.session import Resources
+from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import LIGHT, MODEL
 
 TITLE = "Primer"

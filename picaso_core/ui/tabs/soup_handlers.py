@@ -11,9 +11,9 @@ import pandas as pd
 from picaso_core.analysis import soup, soup_mixing, soup_projection
 from picaso_core.data.skills import ARROW, format_query
 from picaso_core.plots import soup as plots
+from picaso_core.session import Resources
 from picaso_core.ui.code import client_snippet
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
-from picaso_core.session import Resources
 from picaso_core.ui.tabs.soup_lab import PER_TASK, SEED, SHOTS, lab_for
 from picaso_core.ui.tabs.soup_text import best_layer_sentence, mixing_summary, two_task_story
 

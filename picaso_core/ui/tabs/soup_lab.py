@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +32,6 @@ UMAP_WARM_S = 40.0
 
 
 def _umap_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("umap-learn")
     except PackageNotFoundError:

@@ -11,6 +11,9 @@ import html
 import json
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+from plotly.offline import get_plotlyjs
+
 from picaso_core.ui.tour.steps import Step
 
 PLOTLY_FILE = "plotly.min.js"
@@ -76,8 +79,6 @@ go(m ? Math.min(Math.max(parseInt(m[1]) - 1, 0), steps.length - 1) : 0);
 
 
 def _markdown(text: str) -> str:
-    from markdown_it import MarkdownIt
-
     return MarkdownIt("commonmark", {"html": True}).render(text)
 
 
@@ -105,8 +106,6 @@ def _table(columns: list, rows: list) -> str:
 def write_site(out_dir: str | Path, steps: list[tuple[Step, dict]], app_url: str | None = None) -> Path:
     """Write index.html and plotly.min.js into `out_dir`; `steps` pairs each step with its cached view
     (picaso_core.ui.tour's entries). Returns the index.html path."""
-    from plotly.offline import get_plotlyjs
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     total = len(steps)
