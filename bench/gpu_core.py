@@ -6,7 +6,7 @@ CUDA graphs (engine/graphs.py), in one run on one GPU.
 
 Sections:
   accuracy  each kernel against the float64 pure-torch reference, ‖out − ref‖ / ‖ref‖, float32 and
-            bfloat16, at the production autotuning (tests/test_gpu.py's tolerances come from here)
+            bfloat16, at the production autotuning (tests/engine/test_gpu.py's tolerances come from here)
   query     the 130m shape's forward of 8 x 64 tokens from 8 given states, each way: median wall
             ms, and under torch.profiler the kernels launched, the GPU busy time (the union of the
             kernels' intervals) and wall / busy (target <= 2 with kernels + graphs)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+__all__ = ["ASSETS", "assets_dir"]
+
 _HERE = Path(__file__).resolve().parent
 
 

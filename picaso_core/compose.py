@@ -52,6 +52,12 @@ from torch import Tensor
 
 from picaso_core.engine.state import ContextState
 
+__all__ = [
+    "METHODS", "TOKEN_METHODS", "CONV_MODES", "compose", "compose_tokens", "composition_weights", "soup_weights",
+    "caso_weights", "picaso_r_weights", "picaso_s_weights", "decay_mix", "weighted_sum", "mean_of_rotations",
+    "nested_token_states",
+]
+
 METHODS = ("soup", "caso", "picaso_s", "picaso_r", "weighted")
 TOKEN_METHODS = ("concat", "picconcat_r")
 CONV_MODES = ("mean", "last")

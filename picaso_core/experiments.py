@@ -47,10 +47,11 @@ from typing import Sequence
 # torch and the engine are imported inside the functions that run the protocol (evaluate imports
 # compose on first use), so that `--help` and a bad flag answer at once.
 from picaso_core.analysis.evaluate import METHODS
-from picaso_core.analysis.measurements import chunk_lengths, process_vs_generate
 from picaso_core.analysis.summaries import paper_vs_ours, summarize
 from picaso_core.analysis.sweep import CONTEXT_SUFFIX, ContextSource, RecordLog, parse_ks, run_sweep
 from picaso_core.retrieval.rankers import RETRIEVERS, make_ranker
+
+__all__ = ["main", "parse_args", "cache_root", "default_store_dir"]
 
 LONG_METHODS = ("none", "concat", "soup", "caso", "picaso_s", "picaso_r")  # fig. 6: no PICConcat-R (n² tokens)
 ABLATION_METHODS = ("none", "picaso_r")  # fig. 8 ablates PICASO-R
@@ -114,8 +115,8 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
     A store that cannot serve the run (missing, partial at a URL, another model's, a corrupt shard)
     exits with one line naming the fix, not a traceback."""
     args = parse_args(argv)
-    from picaso_core.data import CorpusError
-    from picaso_core.data.hub import HubError
+    # after the arguments, as in _run: --help answers without torch (the store imports it)
+    from picaso_core.data import CorpusError, HubError
     from picaso_core.store.store import StoreError
 
     try:
@@ -130,9 +131,11 @@ def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict:
+    # the run's heavy imports, after the arguments: --help answers at once, without torch
     import torch
 
-    from picaso_core.data import load_corpus
+    from picaso_core.analysis.measurements import chunk_lengths, process_vs_generate
+    from picaso_core.data import DEMO_DATA_DIR, load_corpus
     from picaso_core.engine.loading import load_model
     from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, embeddings_path
     from picaso_core.store.store import (StateStore, StoreError, check_serves, derived_folder, heal, is_url, missing_index,
@@ -199,8 +202,6 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
     embedder = embedder or SentenceEmbedder()
     seeds = []
     if args.corpus == "demo" or qa_name == "demo":
-        from picaso_core.data import DEMO_DATA_DIR
-
         seeds = [DEMO_DATA_DIR / f"{args.split}_database.{embedder.name}.safetensors"]
     minilm = Retriever.cached(database, embedder, embeddings_path(store_dir, embedder.name), seeds=seeds,
                               progress=progress_bar("embedding chunks for retrieval"))
@@ -279,7 +280,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
         Path(args.ship).write_text(json.dumps(summary, indent=1) + "\n")
     md = paper_vs_ours(summary)
     (out / "paper_vs_ours.md").write_text(md)
-    from picaso_core.plots.report import write_report  # the CLI's HTML output; the protocol needs no plotly
+    from picaso_core.plots.report import write_report  # after the run: the CLI's HTML output; the protocol needs no plotly
 
     write_report(summary, out / "report.html")
     print(md)
@@ -289,7 +290,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
 
 def _training_tokens(model: str) -> int | None:
     """The demo model's training sequence length (its train_log.json), to mark on fig. 6."""
-    from picaso_core.engine.loading import DEMO_MODEL_DIR
+    from picaso_core.engine.loading import DEMO_MODEL_DIR  # inside the run, as in _run: engine.model is heavy
 
     folder = DEMO_MODEL_DIR if model == "demo" else Path(model)
     try:

@@ -63,6 +63,9 @@ DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) /
 DEFAULT_MAX_TOKENS = 4096  # total context tokens one request may compose (CPU time of Concat)
 DEFAULT_SPLIT = "test"
 log = logging.getLogger("picaso_explorer")  # the app's log (picaso_core.ui.errors writes the same one)
+__all__ = ["Resources", "load_resources", "tuned_resources", "open_or_build_store", "store_folder", "fault_message",
+           "StoreFault", "ModelLoadError", "TunedModelError", "CONTEXT_SUFFIX", "DEFAULT_CACHE", "DEFAULT_MAX_TOKENS",
+           "DEFAULT_SPLIT", "DTYPES", "TUNED_DIR"]
 
 
 TUNED_DIR = ASSETS / "demo_model_bptc"  # the shipped BPTC fine-tune of the demo model

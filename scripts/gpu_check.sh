@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks in one run, on a machine with CUDA, PyTorch and Triton but no registry access:
 # installs the kernels from source distributions in .whl/ (see README "GPU path"), runs
-# tests/test_gpu.py, then bench/gpu_core.py and bench/decode_speed.py at the 2.7b shape.
+# tests/engine/test_gpu.py, then bench/gpu_core.py and bench/decode_speed.py at the 2.7b shape.
 #
 #   mkdir -p .whl && cp mamba_ssm-*.whl causal_conv1d-*.tar.gz .whl/   # made as the README says
 #   OUT=/tmp/gpu_out bash scripts/gpu_check.sh
@@ -58,7 +58,7 @@ $PY -c "from picaso_core.engine import kernels; print('installed:', kernels.inst
 # 3. the GPU tests (MAMBA_DETERMINISTIC=1: one autotuning config per Triton kernel, to spare the
 #    compile time; the numerics are the same kernels')
 stamp "tests"
-MAMBA_DETERMINISTIC=1 timeout ${TEST_TIMEOUT:-180} $PY -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py tests/test_triton_step.py -rA 2>&1 \
+MAMBA_DETERMINISTIC=1 timeout ${TEST_TIMEOUT:-180} $PY -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/engine/test_kernels.py tests/engine/test_triton_step.py -rA 2>&1 \
   | tee "$OUT/pytest.log" | grep -E "passed|failed|PASSED|FAILED|ERROR|Error|assert" | head -80
 
 # 4. decode at the 2.7b shape, bfloat16, 7 rows
@@ -78,7 +78,7 @@ stamp "causal-conv1d build: $(tail -1 "$OUT/conv_build.log" 2>/dev/null)"
 if ls /tmp/conv_wheel/causal_conv1d-*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-deps --no-index --target /tmp/site /tmp/conv_wheel/causal_conv1d-*.whl
   $PY -c "from picaso_core.engine import kernels; print('installed:', kernels.installed())"
-  MAMBA_DETERMINISTIC=1 timeout ${CONV_TEST_TIMEOUT:-120} $PY -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py -rA 2>&1 \
+  MAMBA_DETERMINISTIC=1 timeout ${CONV_TEST_TIMEOUT:-120} $PY -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/engine/test_kernels.py -rA 2>&1 \
     | tee "$OUT/pytest_conv.log" | grep -E "passed|failed|PASSED|FAILED|ERROR|Error|assert" | head -60
   [ -n "${CONV_BENCH:-}" ] && timeout ${CONV_BENCH_TIMEOUT:-120} $PY bench/decode_speed.py --shape mamba2-2.7b --device cuda \
     --dtype bfloat16 --batched-only --lengths 16 --repeats 3 --json "$OUT/decode_2.7b_conv.json" 2>&1 | tee "$OUT/decode_2.7b_conv.log"

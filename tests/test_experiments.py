@@ -22,7 +22,7 @@ from picaso_core.data.hub import msmarco_corpus, wikitext_corpus
 from picaso_core.engine.loading import load_model
 from picaso_core.retrieval.retriever import Retriever
 from picaso_core.store.store import StateStore
-from test_retrieval import BagOfWords
+from conftest import BagOfWords
 
 WIKI_ROWS = [{"text": t} for t in [
     " = Velmora = ", "",
@@ -222,7 +222,7 @@ def test_resume_after_an_interrupt_recomputes_nothing_done(model, tmp_path, monk
 
 # ---- the CLI --------------------------------------------------------------------------------------
 def test_cli_on_3_samples_writes_the_four_files(tiny_model_dir, tmp_path, monkeypatch):
-    from test_app import write_corpus
+    from conftest import write_corpus
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     corpus = write_corpus(tmp_path / "facts.jsonl")
@@ -277,13 +277,13 @@ def test_the_apps_qa_examples_retrieve_from_their_own_passages(tiny_model_dir, t
     q1 = res.corpus.samples[0]
     assert q1.kind == "qa"
     assert res.retriever.retrieve(q1.query, 1)[0][0] not in q1.context_ids  # pooled: another question's passage
-    got = compose_tab.choose_contexts(res, q1.query, 5, None, True, q1.sample_id)
+    got = compose_tab.choose_contexts(res, compose_tab.ComposeRequest.of(res, q1.query, k=5, example=q1.sample_id))
     assert sorted(c.cid for c in got) == sorted(q1.context_ids)
     assert [c.score for c in got] == sorted(c.score for c in got)  # most relevant last
-    top1 = compose_tab.choose_contexts(res, q1.query, 1, None, True, q1.sample_id)
+    top1 = compose_tab.choose_contexts(res, compose_tab.ComposeRequest.of(res, q1.query, k=1, example=q1.sample_id))
     assert len(top1) == 1 and top1[0].cid in q1.context_ids and top1[0].gold
     # a typed query that is no example still searches every passage
-    free = compose_tab.choose_contexts(res, q1.query + " please", 1, None, True, None)
+    free = compose_tab.choose_contexts(res, compose_tab.ComposeRequest.of(res, q1.query + " please", k=1))
     assert free[0].cid not in q1.context_ids
 
 

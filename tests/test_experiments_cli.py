@@ -16,7 +16,7 @@ from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
 from picaso_core.engine import tokenizer as T
 from picaso_core.analysis.summaries import ks_text, paper_vs_ours
-from test_retrieval import BagOfWords
+from conftest import BagOfWords
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,11 +25,9 @@ def test_help_answers_without_importing_torch():
     code = ("import sys, runpy\nsys.argv = ['experiments', '--help']\n"
             "try:\n    runpy.run_module('picaso_core.experiments', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print('torch imported:', 'torch' in sys.modules)")
-    t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
     assert "--database FILE" in out and "--ks" in out
-    assert out.strip().endswith("torch imported: False")
-    assert time.perf_counter() - t0 < 20  # ~0.5 s on a quiet machine; the bound only catches torch creeping back
+    assert out.strip().endswith("torch imported: False")  # what keeps --help fast: no torch import
 
 
 def test_ks_text_says_the_ks_the_mean_ran_over():

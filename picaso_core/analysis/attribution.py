@@ -279,8 +279,8 @@ def fit_surrogate(masks, losses, heldout_masks, heldout_losses, alpha: float | N
     alpha: the L1 penalty; None: 0.01 x the standard deviation of the losses, so that the fit does
     not depend on the scale of the losses (a LASSO's weights scale with y when alpha does): a
     trained model's contexts move the loss by nats, a random model's by thousandths."""
-    from scipy.stats import spearmanr
-    from sklearn.linear_model import Lasso
+    from scipy.stats import spearmanr  # heavy, on first use: the surrogate fit only
+    from sklearn.linear_model import Lasso  # heavy, on first use: the surrogate fit only
 
     X, y = np.asarray(masks, dtype=np.float64), np.asarray(losses, dtype=np.float64)
     Xh, yh = np.asarray(heldout_masks, dtype=np.float64), np.asarray(heldout_losses, dtype=np.float64)
@@ -422,7 +422,7 @@ def attribution_precision(model, samples, methods: Sequence[str] = ("loi",) + LO
 def summarize_precision(records: list[dict], methods: Sequence[str]) -> PrecisionResult:
     """PrecisionResult from per-sample records ({context_ids, gold_ids, scores, seconds}), e.g. the
     records of several runs joined."""
-    from scipy.stats import spearmanr
+    from scipy.stats import spearmanr  # heavy, on first use: the precision summary only
 
     methods = tuple(methods)
     n = max(1, len(records))

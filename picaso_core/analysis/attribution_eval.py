@@ -159,6 +159,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    # after the arguments: --help answers without loading the corpora and engine.model
     from picaso_core.data import load_corpus
     from picaso_core.engine.loading import load_model
 

@@ -29,6 +29,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from picaso_core.analysis.evaluate import _build_state
+
 KEYING = {"soup": "set", "picaso_s": "set", "picaso_r": "rotation", "picconcat_r": "rotation",
           "concat": "sequence", "caso": "sequence"}
 NEW = {"set": "new set", "rotation": "new rotation", "sequence": "new order"}
@@ -243,8 +245,6 @@ def cached_states(cache: ComposeCache, model, methods: Sequence[str], ids: Seque
     ready for `run_methods(..., prebuilt=...)`. Methods the cache does not key ("none") are left out.
     threads: see `compose.compose_tokens` (a cached state is the one built with the threads of
     the call that missed)."""
-    from picaso_core.analysis.evaluate import _build_state
-
     tokens = dict(zip(ids, context_ids))
     built, looked = {}, {}
     for m in methods:

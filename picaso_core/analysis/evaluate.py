@@ -115,7 +115,7 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
         # every method scored and generated in one batch: the query is read once from each state
         # (its states and last logits serve both), then the continuation, then batched recurrent
         # steps (decode.score_and_generate)
-        from picaso_core.engine.decode import score_and_generate
+        from picaso_core.engine.decode import score_and_generate  # torch on first use, as in _build_state
 
         timings: dict = {}
         losses, gens = score_and_generate(model, query_ids, continuation_ids, states, generate_tokens,

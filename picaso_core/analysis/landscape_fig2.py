@@ -13,6 +13,7 @@ unsquared form, the triangle inequality, is what `prop4_distances` checks per la
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -131,8 +132,6 @@ def fig2(model, samples: Sequence[tuple], steps: int = 21, margin: float = 0.25,
     Both planes mark their mean (Soup / PICASO-R) and the Concat state projected onto them; with
     several samples everything is averaged (planes in barycentric coordinates, lines at equal t,
     distances per layer). progress(done, total) counts scored states."""
-    import time
-
     t0 = time.perf_counter()
     if not samples:
         raise ValueError("no samples")

@@ -32,6 +32,7 @@ import torch
 
 from picaso_core.data.skills import SHUFFLED_SUFFIX, format_demos, load_skill_tasks
 from picaso_core.engine.state import ContextState
+from picaso_core.store.store import StateStore
 
 PARTS = ("ssm", "conv")
 Progress = Callable[[int, int], None]
@@ -156,8 +157,6 @@ class SkillLibrary:
             states = model.encode_contexts([tok.encode(text) for _, _, text in items], batch_size=batch_size,
                                            progress=progress)
         else:
-            from picaso_core.store.store import StateStore
-
             if isinstance(store, (str, Path)):
                 folder = Path(store)
                 store = (StateStore.open(folder, model) if (folder / "store.json").exists()
@@ -229,7 +228,7 @@ def cluster_quality(lib: SkillLibrary, layers: Sequence[int] | None = None,
     """Per layer and part, how well the full (unprojected) states separate by task:
     1-NN task accuracy (leave-one-out, cosine) and the silhouette (cosine distance).
     Returns {"layers": [...], "chance": 1/#tasks, part: {"nn_accuracy": [...], "silhouette": [...]}}."""
-    from sklearn.metrics import silhouette_score
+    from sklearn.metrics import silhouette_score  # heavy, on first use: the quality figure only
 
     layers = list(range(lib.n_layer)) if layers is None else list(layers)
     labels = np.array(lib.tasks)

@@ -54,13 +54,13 @@ def project(x: np.ndarray, method: str = "pca", dim: int = 2, seed: int = 0) -> 
         return pca(x, dim).astype(np.float32)
     z = pca(x, min(PCA_DIMS, n - 1)).astype(np.float32)
     if method == "tsne":
-        from sklearn.manifold import TSNE
+        from sklearn.manifold import TSNE  # heavy, on first use: t-SNE maps only
 
         # 500 iterations (scikit-learn's default is 1000): the clusters are settled by then, and ~500
         # states take ~4 s instead of ~9 s on a shared 2-core machine.
         return TSNE(n_components=dim, perplexity=float(min(30.0, (n - 1) / 3)), init="pca", random_state=seed,
                     max_iter=500).fit_transform(z).astype(np.float32)
-    import umap  # numba compiles on first use: the app warms it in a background thread
+    import umap  # heavy, on first use: UMAP maps only (numba compiles then: the app warms it in a background thread)
 
     # One UMAP fit at a time: a fit that starts while another thread's first fit is still compiling
     # numba code (the app's warm-up) raises IndexError in fresh containers. A user's first UMAP map
@@ -80,7 +80,7 @@ def _cache_umap_numba() -> None:
     global _UMAP_CACHED
     if _UMAP_CACHED:
         return
-    try:
+    try:  # umap-learn's numba internals, on the first UMAP fit only
         from numba.core.caching import NullCache
         from numba.core.registry import CPUDispatcher
         from umap import distances, layouts, spectral, umap_, utils

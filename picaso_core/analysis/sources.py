@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -151,8 +152,6 @@ class SourceStore(StateStore):
 
     @classmethod
     def open_or_build(cls, folder, model) -> "SourceStore":
-        from pathlib import Path
-
         folder = Path(folder)
         if (folder / "store.json").exists():
             return cls.open(folder, model)

@@ -147,7 +147,7 @@ def run_sweep(model, samples, ranker, source: ContextSource, ks: Sequence[int | 
     Returns:
         how many (sample, k) groups were computed (0 when everything was already in `log`).
     """
-    from picaso_core.compose import nested_token_states
+    from picaso_core.compose import nested_token_states  # torch on first use: not on the experiments CLI's --help
 
     tok = model.tokenizer
     samples = list(samples)

@@ -17,7 +17,9 @@ import os
 from pathlib import Path
 
 from picaso_core.assets import ASSETS
+from picaso_core.data import hub  # its loaders import `datasets` on first use
 from picaso_core.data.demo_world import CONTEXT_SEP, render_concat, render_parts, training_examples
+from picaso_core.data.hub import HubError
 from picaso_core.data.jsonl import load_jsonl, read_chunks, read_samples, write_chunks, write_samples
 from picaso_core.data.schema import Corpus, CorpusError, RetrievalSample, limit_corpus, qa_prompt
 from picaso_core.data.skills import format_demos, format_query, load_skill_tasks, skill_query
@@ -34,7 +36,7 @@ DEMO_COMPOSE_EXAMPLE = "demo-test-r0003"
 DEMO_ATTRIBUTION_EXAMPLE = "demo-test-q0035"
 
 __all__ = [
-    "CONTEXT_SEP", "CORPORA", "DEMO_ATTRIBUTION_EXAMPLE", "DEMO_COMPOSE_EXAMPLE", "DEMO_DATA_DIR", "Corpus", "CorpusError", "RetrievalSample", "format_demos", "format_query", "limit_corpus", "load_corpus",
+    "CONTEXT_SEP", "CORPORA", "DEMO_ATTRIBUTION_EXAMPLE", "DEMO_COMPOSE_EXAMPLE", "DEMO_DATA_DIR", "Corpus", "CorpusError", "HubError", "RetrievalSample", "format_demos", "format_query", "limit_corpus", "load_corpus",
     "load_demo", "load_jsonl", "load_skill_tasks", "qa_prompt", "read_chunks", "read_samples",
     "render_concat", "render_parts", "skill_query", "training_examples", "write_chunks", "write_samples",
 ]
@@ -95,8 +97,6 @@ def load_corpus(name: str | None, split: str = "test", kind: str | None = None, 
         return load_demo(split, kind, **kwargs)
     if kind != _DEFAULT_KIND[name]:
         raise CorpusError(name, f"has only {_DEFAULT_KIND[name]!r} samples, got kind={kind!r}", "leave out kind")
-    from picaso_core.data import hub  # imports `datasets` lazily
-
     if name == "wikitext":
         return hub.load_wikitext(split, **kwargs)
     return hub.load_msmarco(split, **kwargs)

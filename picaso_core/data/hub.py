@@ -175,7 +175,7 @@ def _load_rows(repo: str, config: str, split: str):
     short metadata request first checks the hub is reachable, so a machine without network gets
     an error in seconds instead of a download that retries.
     """
-    import datasets
+    import datasets  # heavy, on first use: only the hub corpora need it
 
     if hub_offline():
         # The env var may have been set after `datasets` read it at import: force cache-only.

@@ -13,4 +13,52 @@
 The engine imports nothing of picaso_core but `picaso_core.assets` (tests/test_architecture.py
 checks it): composition, the store, retrieval, analyses, labs and the UI build on it, never the
 other way round.
+
+The face: `from picaso_core.engine import load_model, ContextState, ...` (docs/api.md lists every
+name). It is lazy (PEP 562 `__getattr__`): a name imports its module on first use, because
+`import picaso_core` imports engine/config.py, and so this file, and must not import torch.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the face's names, for type checkers and tests/test_architecture.py's import graph
+    from picaso_core.engine.config import ModelConfig, SSMConfig  # noqa: F401
+    from picaso_core.engine.decode import generate_batch, score_and_generate  # noqa: F401
+    from picaso_core.engine.init import mimetic_init_  # noqa: F401
+    from picaso_core.engine.loading import DEMO_MODEL_DIR, check_device, load_model, load_weights  # noqa: F401
+    from picaso_core.engine.loading import save_model  # noqa: F401
+    from picaso_core.engine.losses import token_nll  # noqa: F401
+    from picaso_core.engine.model import SSMLanguageModel  # noqa: F401
+    from picaso_core.engine.rng import seeded  # noqa: F401
+    from picaso_core.engine.state import ContextState  # noqa: F401
+    from picaso_core.engine.tokenizer import EOS_TOKEN, HUB_TIMEOUT_S, Tokenizer, check_hub_reachable  # noqa: F401
+    from picaso_core.engine.tokenizer import hub_offline, train_bpe  # noqa: F401
+
+_FACE = {
+    "config": ("ModelConfig", "SSMConfig"),
+    "state": ("ContextState",),
+    "model": ("SSMLanguageModel",),
+    "loading": ("load_model", "save_model", "load_weights", "check_device", "DEMO_MODEL_DIR"),
+    "decode": ("generate_batch", "score_and_generate"),
+    "losses": ("token_nll",),
+    "tokenizer": ("Tokenizer", "train_bpe", "EOS_TOKEN", "HUB_TIMEOUT_S", "hub_offline", "check_hub_reachable"),
+    "rng": ("seeded",),
+    "init": ("mimetic_init_",),
+}
+_WHERE = {name: module for module, names in _FACE.items() for name in names}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -23,7 +23,7 @@ used: Mamba-1 prefill stays the pure-torch prefix scan.
 
 The pure-torch path (engine/scan.py, engine/model.py) is the reference and runs wherever a kernel
 does not: on CPU, without the package, while autograd records (fine-tuning: the reference's
-gradients are the ones tests/test_scan.py checks), or when switched off:
+gradients are the ones tests/engine/test_scan.py checks), or when switched off:
 
     PICASO_KERNELS=torch         environment, read at import (a comma list, e.g. "ssd,step", keeps
                                  those ops only; unset or "auto": every installed kernel)

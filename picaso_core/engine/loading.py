@@ -19,11 +19,14 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from picaso_core.assets import ASSETS  # the checkout's assets/ or the installed package's copy
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.model import SSMLanguageModel
 from picaso_core.engine.rng import seeded
+from picaso_core.engine.tokenizer import Tokenizer, check_hub_reachable, hub_offline
+from picaso_core.engine.tokenizer import save as save_tokenizer
 
 DEMO_MODEL_DIR = ASSETS / "demo_model"
 # bundled models by name: the base demo model and its BPTC fine-tune (scripts/finetune_demo.py, PICASO sec. 5)
@@ -79,14 +82,12 @@ def resolve_model_folder(name_or_path: str) -> Path:
 
 
 def _download(repo_id: str, patterns: list[str]) -> Path:
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # hub only: huggingface_hub's HTTP stack loads on first download
 
     try:  # already in the local cache: no network needed
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
     except Exception:
         pass
-    from picaso_core.engine.tokenizer import check_hub_reachable, hub_offline
-
     fix = ("Use the bundled model (`demo`) or a local folder with config.json and weights "
            "(`--model /path/to/folder`).")
     if hub_offline():
@@ -110,8 +111,6 @@ def read_config(folder: Path) -> ModelConfig:
 
 # ---- weights ----------------------------------------------------------------------------------
 def _read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     folder = Path(folder)
     index = folder / "model.safetensors.index.json"
     if index.exists():
@@ -155,8 +154,6 @@ def load_weights(model: SSMLanguageModel, folder: Path) -> None:
 
 def save_model(model: SSMLanguageModel, folder: str | Path) -> None:
     """Write `model` in the mamba_ssm layout: config.json + model.safetensors (+ tokenizer.json)."""
-    from safetensors.torch import save_file
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2))
@@ -165,15 +162,11 @@ def save_model(model: SSMLanguageModel, folder: str | Path) -> None:
         sd.pop("lm_head.weight")
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
     if model.tokenizer is not None:
-        from picaso_core.engine.tokenizer import save
-
-        save(model.tokenizer, folder / "tokenizer.json")
+        save_tokenizer(model.tokenizer, folder / "tokenizer.json")
 
 
 # ---- tokenizer --------------------------------------------------------------------------------
 def _load_tokenizer(folder: Path):
-    from picaso_core.engine.tokenizer import Tokenizer
-
     if (Path(folder) / "tokenizer.json").exists():
         return Tokenizer.from_pretrained_dir(folder)
     return Tokenizer.from_hub(DEFAULT_TOKENIZER, config_folder=folder)  # the EOS: the model's files first

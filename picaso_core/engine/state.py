@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import Tensor
 
 _FORMAT = "picaso-context-state/1"
@@ -140,16 +142,12 @@ class ContextState:
         )
 
     def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
-        from safetensors.torch import save_file
-
         meta = {"format": _FORMAT, "num_tokens": json.dumps(self.num_tokens)}
         meta.update(metadata or {})
         save_file(self.to_tensors(), str(path), metadata=meta)
 
     @classmethod
     def load(cls, path: str | Path, device=None) -> "ContextState":
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="pt", device="cpu") as f:
             meta = f.metadata() or {}
             if meta.get("format") != _FORMAT:

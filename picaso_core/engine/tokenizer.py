@@ -19,7 +19,9 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from huggingface_hub import constants
 from tokenizers import Tokenizer as _HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
 
 EOS_TOKEN = "<|endoftext|>"  # the demo's (and GPT-NeoX's) end-of-text token
 # Special tokens that mean "end of text" by convention, tried when no file of the checkpoint names
@@ -86,7 +88,7 @@ class Tokenizer:
         Uses the local cache first, so it works offline once downloaded; with no cache and no
         network it fails within HUB_TIMEOUT_S with a message naming the offline alternative.
         """
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import hf_hub_download  # hub only: huggingface_hub's HTTP stack loads on first download
 
         fix = (
             f"download {repo_id}'s tokenizer.json on a connected machine and load it with "
@@ -204,7 +206,7 @@ def check_hub_reachable(repo_id: str, repo_type: str) -> None:
     reached (no network, unknown repo). Download helpers retry with backoff for tens of seconds,
     so callers ask this first to fail fast. Once a request failed to connect, every later check in
     the process fails at once (an offline run tries the hub once, not once per model)."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # hub only: huggingface_hub's HTTP stack loads on first request
 
     if _HUB_DOWN:
         raise ConnectionError(f"the Hugging Face Hub could not be reached earlier in this run ({_HUB_DOWN[0]})")
@@ -226,12 +228,7 @@ def hub_offline() -> bool:
     truthy = {"1", "true", "yes", "on"}
     if any(os.environ.get(k, "").strip().lower() in truthy for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")):
         return True
-    try:
-        from huggingface_hub import constants
-
-        return bool(constants.HF_HUB_OFFLINE)
-    except Exception:
-        return False
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def train_bpe(texts: Sequence[str], vocab_size: int = 4096) -> Tokenizer:
@@ -241,8 +238,6 @@ def train_bpe(texts: Sequence[str], vocab_size: int = 4096) -> Tokenizer:
     world is full of, are copied digit by digit instead of spending merges on digit n-grams.
     Byte-level pieces cover every byte, so any text round-trips (decode(encode(x)) == x).
     """
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
     hf = _HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]

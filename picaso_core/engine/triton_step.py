@@ -17,7 +17,7 @@ elementwise ops on a few thousand numbers. These replace 15 of them per layer:
 Measured in one run on an H100 (bench/decode_speed.py): 7.51 ms per step without them, 4.96 ms with
 dt_step and conv_roll, 4.82 ms with conv_dt. All need only Triton (it comes with torch's CUDA
 wheels: no build). They run on CPU tensors under Triton's interpreter (TRITON_INTERPRET=1 set
-before this module is imported), which is how tests/test_triton_step.py checks them against the
+before this module is imported), which is how tests/engine/test_triton_step.py checks them against the
 equations without a GPU; on a GPU the same tests run them compiled.
 """
 

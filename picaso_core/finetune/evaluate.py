@@ -27,6 +27,11 @@ import torch
 from picaso_core.analysis import sweep
 from picaso_core.retrieval import rankers as R
 from picaso_core.analysis import summaries as S
+from picaso_core.analysis.evaluate import evaluate_samples
+from picaso_core.analysis.skill_eval import mean_accuracy, skill_outcomes
+from picaso_core.data import DEMO_DATA_DIR, load_corpus
+from picaso_core.engine.loading import load_model
+from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder
 from picaso_core.store.format import tqdm_progress
 from picaso_core.finetune.card import GAP_K, SKILL_KS, TABLE1_METHODS, model_card, report_markdown
 
@@ -100,8 +105,6 @@ def skill_paired(base_hits: dict, tuned_hits: dict) -> dict[str, dict]:
 def skill_row(model, max_items: int | None = None) -> dict:
     """Skill accuracy (skill_eval, k = SKILL_KS) with each item's outcome kept for paired comparisons
     (`hits`: task -> k -> one character per test item, "1" = answered right)."""
-    from picaso_core.analysis.skill_eval import mean_accuracy, skill_outcomes
-
     hits = skill_outcomes(model, ks=SKILL_KS, max_items=max_items)
     acc = {t: {k: sum(h) / len(h) for k, h in by_k.items()} for t, by_k in hits.items()}
     return {"per_task": acc, "mean": mean_accuracy(acc), "max_items": max_items,
@@ -112,8 +115,6 @@ def skill_row(model, max_items: int | None = None) -> dict:
 def own_candidates_gap(model, samples) -> dict:
     """PICASO-R vs Concat with each sample's own candidate contexts (3-5: gold + distractors, in the
     corpus's order; `evaluate.evaluate_samples`), the setting of the 2% goal's baseline figure."""
-    from picaso_core.analysis.evaluate import evaluate_samples
-
     ml = evaluate_samples(model, samples, None, ("none", "concat", "picaso_r"), context_suffix=sweep.CONTEXT_SUFFIX).mean_loss
     return {"none": round(ml["none"], 5), "concat": round(ml["concat"], 5), "picaso_r": round(ml["picaso_r"], 5),
             "gap_pct": round(100 * (ml["picaso_r"] - ml["concat"]) / ml["concat"], 2)}
@@ -148,8 +149,6 @@ def evaluate_model(model, out_dir: Path, samples: int = 40, skills: bool = True,
     """fig. 4 curves, table 1 row, table 2 row and the PICASO-R vs Concat gap of one model, on held-out
     samples first .. first + samples of the test split. The report uses the first 40; a later slice
     (e.g. first=40, samples=80) is a validation set for choosing among runs without looking at them."""
-    from picaso_core.data import DEMO_DATA_DIR, load_corpus
-    from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -197,8 +196,6 @@ def evaluate_runs(base: str, runs: dict[str, Path], out_dir: Path, samples: int 
     carry: an earlier report (same base, same samples) whose rows stand in for runs without a folder
     here (marked `carried`: their training config is in report["train"]); the evaluation is
     deterministic, so a run trained with the same config evaluates to the same row."""
-    from picaso_core.engine.loading import load_model
-
     models = {"base": base, **{n: str(p) for n, p in runs.items() if (Path(p) / "model.safetensors").is_file()}}
     if carry is not None and carry.get("samples") != samples:
         raise ValueError(f"the carried report was evaluated on {carry.get('samples')} samples, not {samples}: "
@@ -212,8 +209,6 @@ def evaluate_runs(base: str, runs: dict[str, Path], out_dir: Path, samples: int 
         if cached.is_file():
             row = json.loads(cached.read_text())
             if "gap_own" not in row:  # a cached result without this figure: computed here
-                from picaso_core.data import load_corpus
-
                 row["gap_own"] = own_candidates_gap(load_model(where), load_corpus("demo", "test").samples[:samples])
             sk = row.get("skills") or {}
             if "hits" not in sk or sk.get("max_items") != skill_items:  # written with another item budget

@@ -36,10 +36,14 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
+from tqdm.auto import tqdm
 
 from picaso_core.compose import compose
+from picaso_core.data.demo_world import MIXES, render_concat, training_examples
+from picaso_core.engine.loading import load_weights, save_model
 from picaso_core.engine.losses import token_nll
 from picaso_core.engine.state import ContextState
+from picaso_core.retrieval.rankers import rank_sample
 
 OBJECTIVES = ("bptc", "bp2c")
 COMPOSE_METHODS = ("picaso_r", "picaso_s")
@@ -136,8 +140,6 @@ def build_examples(tokenizer, samples, ranker, database: dict[str, str], k_max: 
     Retrieval samples keep their top `k_max` chunks of `database` (their own chunks excluded);
     QA samples keep all their passages, ranked. Contexts are tokenised as text + `suffix`, as the
     state store encodes them, so that the training states are the ones evaluation composes."""
-    from picaso_core.retrieval.rankers import rank_sample
-
     cache: dict[str, list[int]] = {}
     out = []
     for s in samples:
@@ -164,8 +166,6 @@ def check_disjoint(train, evals) -> None:
 
 def lm_documents(tokenizer, n: int, seed: int, mix: str = "v4", max_tokens: int = 512) -> list[list[int]]:
     """`n` whole documents of the base model's training stream (train split), each ending in EOS."""
-    from picaso_core.data.demo_world import MIXES, render_concat, training_examples
-
     if mix not in MIXES:
         raise ValueError(f"unknown LM mix {mix!r}: use one of {sorted(MIXES)}")
     docs, stream = [], training_examples(seed, "train", mix=MIXES[mix])
@@ -321,8 +321,6 @@ STATE_FILE = "trainer_state.pt"
 def save_checkpoint(folder, model, optimizer, scheduler, step: int, cfg: FinetuneConfig, history: list[dict]) -> Path:
     """The model in the bundled layout (config.json, model.safetensors, tokenizer.json) plus
     trainer_state.pt (optimizer, scheduler, step, config, history) and train_log.json."""
-    from picaso_core.engine.loading import save_model
-
     folder = Path(folder)
     save_model(model, folder)
     torch.save({"step": step, "config": asdict(cfg), "optimizer": optimizer.state_dict(),
@@ -383,7 +381,7 @@ def train(model, examples: Sequence[Example], cfg: FinetuneConfig | None = None,
         callback: callback(record, total_steps) after every optimizer step (the app's live curve).
         should_stop: polled after every step; True ends the run early (cancel), result.cancelled.
     """
-    from accelerate import Accelerator
+    from accelerate import Accelerator  # heavy, on first use: training runs only
 
     cfg = cfg or FinetuneConfig()
     cfg.check()
@@ -402,8 +400,6 @@ def train(model, examples: Sequence[Example], cfg: FinetuneConfig | None = None,
     start, history = 0, []
     state = None
     if resume_from is not None:
-        from picaso_core.engine.loading import load_weights
-
         state = _resume_state(Path(resume_from), cfg)
         load_weights(model, Path(resume_from))
         start, history = int(state["step"]), list(state["history"])
@@ -425,8 +421,6 @@ def train(model, examples: Sequence[Example], cfg: FinetuneConfig | None = None,
     rank, world = acc.process_index, acc.num_processes
     bar = None
     if progress and acc.is_local_main_process:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=steps, initial=start, desc=f"{cfg.objective.upper()} ({cfg.data})", unit="step", dynamic_ncols=True)
     t0, cancelled, step = time.perf_counter(), False, start
     while step < steps:

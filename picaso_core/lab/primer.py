@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+import picaso_core.engine.model as engine
+
 DEFAULT_TOL = 0.01  # "memory" = steps until an input's weight falls below 1% of what it was
 
 
@@ -217,8 +219,6 @@ def _recorded_scans():
     The scan inputs (x, Δ, A, B, C after projection and conv) live inside the mixer's forward; reading
     them at the call site means the lab sees exactly what the engine computes, with no copy of the
     mixer's code that could drift. Other threads' calls pass through unrecorded."""
-    import picaso_core.engine.model as engine
-
     calls, me = [], threading.get_ident()
 
     def recording(fn):

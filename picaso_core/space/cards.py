@@ -24,7 +24,7 @@ LAUNCHER = "space_app.py"  # the ZeroGPU Space's app_file (prepare.py writes it)
 STATIC_ENTRY = "index.html"  # the static Space's app_file: the exported tour's first page
 
 # Shared by every kind; the Docker card is exactly the front matter of this checkout's README
-# (tests/test_space_prepare.py), which is itself a Docker Space.
+# (tests/space/test_space_prepare.py), which is itself a Docker Space.
 BASE = {"title": "PICASO Explorer", "emoji": "🧩", "colorFrom": "indigo", "colorTo": "yellow"}
 TAGS = ["state-space-models", "mamba", "retrieval"]
 

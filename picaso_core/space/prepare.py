@@ -146,6 +146,7 @@ def _check_out(out: Path, source: Path, force: bool) -> None:
 
 def _tour_exporter() -> Callable[..., object]:
     try:
+        # the static kind's work only, after the arguments: the app and gradio, not on --help
         from picaso_core.ui.tour.cache import export_static
     except ImportError as e:
         raise PrepareError(f"the static Space needs the tour's exporter (picaso_core.ui.tour.cache.export_static): {e}") from None

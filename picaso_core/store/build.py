@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+import torch
+
 from picaso_core.store.format import (DAMAGED, FORMAT, META_FILE, SHARD_BYTES, StoreError, _sha256, check_dtype, is_url,
                                       move_aside, parse_index, save_shard, shard_tensors, share_mode,
                                       tqdm_progress)
@@ -49,7 +52,7 @@ def text_hash(text: str) -> str:
 
 def _fs(out: str):
     """(fsspec filesystem, root path) of a local folder or a URL."""
-    from fsspec.core import url_to_fs
+    from fsspec.core import url_to_fs  # fsspec on first use (~80 ms): not on the CLI's --help
 
     return url_to_fs(str(out).rstrip("/") if is_url(out) else str(Path(out).resolve()))
 
@@ -57,7 +60,7 @@ def _fs(out: str):
 def _put(fs, local: Path, dest: str) -> None:
     """Move a finished local file to `dest`: an atomic rename on a local disk, an upload elsewhere
     (an object appears whole or not at all on s3/gcs)."""
-    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.local import LocalFileSystem  # fsspec on first use, as in _fs
 
     if isinstance(fs, LocalFileSystem):
         os.replace(local, dest)
@@ -69,7 +72,7 @@ def _put(fs, local: Path, dest: str) -> None:
 def _scratch(fs, root: str) -> Path:
     """Where a shard is written before `_put`: its destination folder when local (same disk, so
     the rename is atomic), else the system's temporary folder."""
-    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.local import LocalFileSystem  # fsspec on first use, as in _fs
 
     return Path(root) if isinstance(fs, LocalFileSystem) else Path(tempfile.gettempdir())
 
@@ -88,8 +91,7 @@ class ShardEncoder:
     def __init__(self, model, out: str, dtype: str, suffix: str, fingerprint: str, batch_size: int = 16,
                  worker: str | None = None):
         if isinstance(model, str):
-            import torch
-
+            # the worker loads the model (engine.model: ~1 s of torch._dynamo), not the CLI's --help
             from picaso_core.engine.loading import load_model
 
             model = load_model(model, device="cuda" if torch.cuda.is_available() else "cpu")
@@ -102,8 +104,6 @@ class ShardEncoder:
 
     def __call__(self, batch: dict) -> dict:
         """batch: {"id": [...], "text": [...]} -> {"record": [the shard's sidecar as JSON]}."""
-        import numpy as np
-
         rec = self.encode(list(map(str, batch["id"])), list(map(str, batch["text"])))
         return {"record": np.array([json.dumps(rec)])}
 
@@ -178,7 +178,7 @@ def _fs_sha256(fs, path: str) -> str:
 
 def _aside(fs, root: str, names: list[str]) -> None:
     """Move damaged files into <root>/damaged/, where no index or sidecar scan looks."""
-    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.local import LocalFileSystem  # fsspec on first use, as in _fs
 
     if isinstance(fs, LocalFileSystem):
         move_aside(Path(root), names)
@@ -328,7 +328,7 @@ def _local_engine(encoder: ShardEncoder, batches: list[list[tuple[str, str]]], p
 def _ray_engine(enc_kwargs: dict, todo: list[tuple[str, str]], shard_size: int, workers: int | None,
                 address: str | None, progress) -> list[dict]:
     try:
-        import ray
+        import ray  # optional: the Ray engine only
     except ImportError:
         raise StoreError("--engine ray needs Ray: pip install 'ray[data]>=2.9'") from None
     started = not ray.is_initialized()

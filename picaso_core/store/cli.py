@@ -16,6 +16,8 @@ import errno
 import sys
 from typing import Sequence
 
+from picaso_core.data import CorpusError, limit_corpus, load_corpus
+from picaso_core.data.hub import HubError
 from picaso_core.store import verify
 from picaso_core.store.build import __doc__ as BUILD_DOC, build_store
 from picaso_core.store.format import DAMAGED, META_FILE, StoreError
@@ -59,9 +61,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """The CLI: every known fault is one `error: ...` line naming the fix, exit code 1."""
-    from picaso_core.data import CorpusError
-    from picaso_core.data.hub import HubError
-
     args = parse_args(argv)
     try:
         if args.command != "build":
@@ -78,8 +77,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 def _build_cli(args: argparse.Namespace) -> dict:
-    from picaso_core.data import load_corpus
-    from picaso_core.engine.loading import load_model
+    from picaso_core.engine.loading import load_model  # after the arguments: --help answers without engine.model
 
     try:
         model = load_model(args.model, device=args.device)
@@ -88,9 +86,7 @@ def _build_cli(args: argparse.Namespace) -> dict:
     model.name_or_path = args.model
     corpus = load_corpus(args.corpus, args.split)
     if args.max_contexts:
-        from picaso_core.data import limit_corpus  # the app's cut, so both see the same contexts
-
-        corpus = limit_corpus(corpus, args.max_contexts)
+        corpus = limit_corpus(corpus, args.max_contexts)  # the app's cut, so both see the same contexts
     summary = build_store(model, list(corpus.database.items()), args.out, engine=args.engine,
                           workers=args.workers, dtype=args.dtype, address=args.address,
                           shard_size=args.shard_size, batch_size=args.batch_size, verify=args.verify,

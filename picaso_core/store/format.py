@@ -7,10 +7,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable, Sequence
 
+import safetensors.torch
 import torch
+from safetensors import SafetensorError, safe_open
+from tqdm.auto import tqdm
 
 from picaso_core.engine.state import ContextState
 
@@ -103,13 +107,8 @@ def save_shard(tensors: dict, path, metadata: dict) -> None:
     """safetensors' save_file, its I/O failures raised as the OSError they are (the Rust writer
     raises SafetensorError "I/O error: Read-only file system (os error 30)"), so every caller
     tells a folder it cannot write from a bug the same way."""
-    import re
-
-    from safetensors import SafetensorError
-    from safetensors.torch import save_file
-
-    try:
-        save_file(tensors, str(path), metadata=metadata)
+    try:  # looked up at call time: tests make the disk refuse the write
+        safetensors.torch.save_file(tensors, str(path), metadata=metadata)
     except SafetensorError as e:
         code = re.search(r"os error (\d+)\)", str(e))
         if code is None:
@@ -152,8 +151,6 @@ def _sha256(path: Path) -> str:
 
 def _shard_header(path) -> dict:
     """A safetensors file's metadata (format, fingerprint, dtype, ...), read without its tensors."""
-    from safetensors import safe_open
-
     with safe_open(str(path), framework="pt", device="cpu") as f:
         return f.metadata() or {}
 
@@ -167,8 +164,6 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def tqdm_progress(desc: str, unit: str = "ctx") -> Progress:
     """A progress(done, total) callback drawing a tqdm bar on stderr (every CLI's long loops)."""
-    from tqdm.auto import tqdm
-
     bar = None
 
     def update(done: int, total: int) -> None:

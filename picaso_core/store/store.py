@@ -48,6 +48,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from safetensors import safe_open
+
 from picaso_core.engine.state import ContextState
 from picaso_core.store.format import (  # noqa: F401  (the store's public names in one module)
     CACHE_BYTES, DAMAGED, DTYPES, FORMAT, META_FILE, REMOTE_CACHE, SHARD_BYTES, CorruptShardError, Progress,
@@ -181,7 +183,7 @@ class StateStore(StoreWriter):
         """
         remote = None
         if is_url(folder):
-            from fsspec.core import url_to_fs
+            from fsspec.core import url_to_fs  # fsspec on first use (~80 ms): URL stores only
 
             url = str(folder).rstrip("/")
             fs, root = url_to_fs(url)
@@ -260,8 +262,6 @@ class StateStore(StoreWriter):
 
     def get_many(self, ids: Sequence[str]) -> list[ContextState]:
         """States of `ids`, in that order; each shard touched is opened once."""
-        from safetensors import safe_open
-
         with self._lock:
             missing: dict[int, list[str]] = {}
             for cid in ids:

@@ -66,7 +66,7 @@ def check_cli(folder: str | Path) -> dict:
 
 def repair_cli(folder: str | Path, model_name: str | None = None, device: str | None = None) -> dict:
     """`repair DIR`: re-encode the damaged shards' contexts with the store's model; one line saying what."""
-    from picaso_core.engine.loading import load_model
+    from picaso_core.engine.loading import load_model  # after the arguments: `check` and --help need no engine.model
 
     folder, meta = read_index(folder)
     bad = damaged_shards(folder, meta)

@@ -6,7 +6,12 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+
 import torch
+from tqdm import tqdm
 
 from picaso_core.lab.training import (
     CLI_DEFAULTS,
@@ -35,8 +40,6 @@ WHY_NOT_TASK = {  # else by task (a flag named like a task, --digits, must not s
 def parse_args(argv: list[str] | None = None):
     """The CLI's arguments with LabConfig's defaults filled in; `given` (a set) names the flags given
     on the command line (every default is None until then, so `--variant full` counts as given)."""
-    import argparse
-
     d = LabConfig()
     p = argparse.ArgumentParser(prog="python -m picaso_core.lab.coffee",
                                 description="Train COFFEE or S6 on a task of the COFFEE paper; the last line is one JSON object. "
@@ -97,11 +100,6 @@ def refuse_unused(a) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    import json
-    import sys
-
-    from tqdm import tqdm
-
     a = parse_args(argv)
     torch.set_num_threads(max(1, a.threads))
     keys = LabConfig.__dataclass_fields__

@@ -5,7 +5,7 @@ process a GPU for at most `s` seconds per call: the handler runs in a forked wor
 returns is pickled back to the server, so CUDA tensors must not cross (they hang the transfer; the
 wrapper below moves any to the CPU). A shorter duration gets a visitor a better place in ZeroGPU's
 queue, so each handler states what it needs, not the 60 s default. ZeroGPU does not support
-torch.compile; nothing in picaso_core compiles (tests/test_space_prepare.py checks).
+torch.compile; nothing in picaso_core compiles (tests/space/test_space_prepare.py checks).
 
 Where the `spaces` package is not installed (a laptop, the Docker image, the test suite), `gpu`
 returns the handler itself: nothing changes. `spaces` is looked up when a handler is decorated

@@ -107,7 +107,7 @@ DEFAULTS = {f.name: f.default for f in fields(ComposeRequest) if f.name != "quer
 # /compose runs in the app's one model pool (picaso_core.ui.server.serving): the model is shared read-only
 # (forward and generate keep no state on the module; the store's ensure is locked; the Rust
 # tokenizer's encode takes &self), and 10 concurrent clients get exactly their serial answers
-# (tests/test_concurrency.py).
+# (tests/ui/server/test_concurrency.py).
 
 # ---- handlers: plain functions --------------------------------------------------------------
 def limits(res: Resources) -> list[str]:
@@ -324,13 +324,18 @@ def render(res: Resources) -> None:
     py_code, client_code = show_code()
     history = gr.State([])
 
-    @gpu(duration=30)
-    def compose_endpoint(*values):
-        """Compose the retrieved (or given) contexts' states with every method and compare them."""
-        *raw, history, progress = values  # the request's fields, then the two below (endpoint_signature)
-        return compose(res, *raw, history=history, progress=progress)
+    signature = endpoint_signature()
 
-    compose_endpoint.__signature__ = endpoint_signature()
+    @gpu(duration=30)
+    def compose_endpoint(*values, **named):
+        """Compose the retrieved (or given) contexts' states with every method and compare them."""
+        call = signature.bind(*values, **named)  # as Gradio passes them: by position, progress by either
+        call.apply_defaults()
+        raw = dict(call.arguments)
+        history, progress = raw.pop("history"), raw.pop("progress")
+        return compose(res, history=history, progress=progress, **raw)
+
+    compose_endpoint.__signature__ = signature
 
     # filling two text boxes is instant: no queue slot to wait for. On the page's load and on every
     # change of the example (gr.on with no triggers): the tab opens on an example (its query stays
