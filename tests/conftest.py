@@ -324,14 +324,16 @@ class Served(str):
 
 
 @contextlib.contextmanager
-def served_app(app, *, log: Path | None = None, env: dict | None = None, ready_s: float = 240, **launch):
+def served_app(app, *, log: Path | None = None, env: dict | None = None, cwd: Path = ROOT, ready_s: float = 240,
+               **launch):
     """Serve the app on a free local port, yield its URL, stop it at the end.
 
     `app` is a built gr.Blocks (served in this process: `launch` options go to its launch, which
     returns once the server answers; closed at the end, and the background work its start left is
     stopped), or the command-line arguments of `python app.py` (without --port: a process whose
-    output goes to `log`, with `env` added to the environment; ready when its page answers, within
-    `ready_s`; terminated at the end, killed if it hangs)."""
+    output goes to `log`, run in `cwd`, with `env` added to the environment (a None value removes
+    that variable); ready when its page answers, within `ready_s`; terminated at the end, killed if
+    it hangs)."""
     import os
     import subprocess
     import time
@@ -354,7 +356,8 @@ def served_app(app, *, log: Path | None = None, env: dict | None = None, ready_s
     log_path = Path(log) if log is not None else Path(tempfile.mkdtemp(prefix="picaso_served_")) / "app.log"
     cmd = [sys.executable, str(ROOT / "app.py"), *map(str, app), "--port", str(port)]
     with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        environ = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=environ)
     url.proc, url.log = proc, log_path
     try:
         deadline = time.monotonic() + ready_s

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import served_app
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -49,32 +47,8 @@ def _env(tmp: Path) -> dict[str, str]:
 def demo_app(tmp_path_factory):
     """`python app.py` on the demo model, started from a folder outside the checkout, on a free port."""
     tmp = tmp_path_factory.mktemp("readme_app")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log_path = tmp / "app.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=tmp,
-                                stdout=log, stderr=subprocess.STDOUT, env=_env(tmp))
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, f"app.py exited:\n{log_path.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"app.py did not serve:\n{log_path.read_text()[-3000:]}"
-            try:
-                urllib.request.urlopen(url, timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+    with served_app([], log=tmp / "app.log", env={**_env(tmp), "XDG_CACHE_HOME": None}, cwd=tmp) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def test_the_readme_and_docs_have_python_blocks():

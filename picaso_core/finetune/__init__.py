@@ -13,8 +13,9 @@ is `picaso_core.finetune.train.train`: `picaso_core.finetune.train` is its modul
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from picaso_core.faces import lazy_face
 
 if TYPE_CHECKING:  # the face's names, for type checkers and tests/test_architecture.py's import graph
     from picaso_core.finetune.card import model_card, report_markdown  # noqa: F401
@@ -29,17 +30,4 @@ _FACE = {
     "evaluate": ("evaluate_model", "evaluate_runs", "paired_gaps", "skill_paired", "model_source", "write_card"),
     "card": ("model_card", "report_markdown"),
 }
-_WHERE = {name: module for module, names in _FACE.items() for name in names}
-__all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_face(__name__, _FACE)

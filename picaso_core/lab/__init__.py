@@ -12,8 +12,9 @@ imports the engine's model.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from picaso_core.faces import lazy_face
 
 if TYPE_CHECKING:  # the face's names, for type checkers and tests/test_architecture.py's import graph
     from picaso_core.lab.complexity import SERIES, loglog_slope, measure_complexity  # noqa: F401
@@ -33,17 +34,4 @@ _FACE = {
                "semiseparable"),
     "complexity": ("SERIES", "measure_complexity", "loglog_slope"),
 }
-_WHERE = {name: module for module, names in _FACE.items() for name in names}
-__all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_face(__name__, _FACE)

@@ -11,8 +11,9 @@ module on first use, because rankers.py is torch-free and on `python -m picaso_c
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from picaso_core.faces import lazy_face
 
 if TYPE_CHECKING:  # the face's names, for type checkers and tests/test_architecture.py's import graph
     from picaso_core.retrieval.rankers import RETRIEVERS, BM25Ranker, EmbeddingRanker, RandomRanker  # noqa: F401
@@ -26,17 +27,4 @@ _FACE = {
     "rankers": ("RETRIEVERS", "make_ranker", "rank_sample", "presented", "own_passages", "EmbeddingRanker",
                 "BM25Ranker", "RandomRanker"),
 }
-_WHERE = {name: module for module, names in _FACE.items() for name in names}
-__all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_face(__name__, _FACE)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from picaso_core.lab.coffee.model import S6, Coffee, DigitsModel, IHModel, coffee_scan, n_params
+from conftest import random_coffee
+from picaso_core.lab.coffee.model import S6, DigitsModel, IHModel, coffee_scan, n_params
 from picaso_core.lab import tasks, training
 from picaso_core.lab.tasks import IHTask, check_ih, digits_data, ih0_sequences, ih_batch
 from picaso_core.lab.training import LabConfig, Run, train_iter
@@ -26,18 +27,6 @@ def one_thread():
     torch.set_num_threads(1)  # tiny tensors on a shared CPU (see the CLI's --threads)
     yield
     torch.set_num_threads(prev)
-
-
-def random_coffee(d: int, n: int, learn_b: bool, output_filter: bool) -> Coffee:
-    """A float64 COFFEE layer whose decays, B and output filter are all away from their init."""
-    layer = Coffee(d, n, learn_b=learn_b, output_filter=output_filter).double()
-    with torch.no_grad():
-        layer.lam.uniform_(-2, 0)
-        if learn_b:
-            layer.b.normal_()
-        if output_filter:
-            layer.wg.normal_()
-    return layer
 
 
 # ---- fast paths == references -------------------------------------------------------------------
