@@ -24,30 +24,14 @@ import os
 import gradio as gr
 
 from picaso_core.engine.loading import check_device
-from picaso_core.session import (
-    DEFAULT_CACHE,
-    DEFAULT_MAX_TOKENS,
-    DEFAULT_SPLIT,
-    DTYPES,
-    Resources,
-    fault_message,
-    load_resources,
-)
+from picaso_core.session import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources, fault_message,
+                                 load_resources)
 from picaso_core.ui import code
 from picaso_core.ui.layout import CSS, JS, THEME, header, page_loads
 from picaso_core.ui.server import serving
 from picaso_core.ui.server.gpu import on_zerogpu
-from picaso_core.ui.tabs import (
-    attribution,
-    benchmarks,
-    coffee,
-    compose,
-    compose_runs,
-    finetune,
-    landscape,
-    primer,
-    soup,
-)
+from picaso_core.ui.tabs import (attribution, benchmarks, coffee, compose, compose_runs, finetune, landscape, primer,
+                                 soup)
 from picaso_core.ui.tour import cache as tour
 from picaso_core.ui.tour import controls as tour_controls
 from picaso_core.ui.tour.links import tab_key

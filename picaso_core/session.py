@@ -44,17 +44,8 @@ from picaso_core.data import DEMO_DATA_DIR, CorpusError, limit_corpus, load_corp
 from picaso_core.data.hub import HubError
 from picaso_core.engine.loading import load_model
 from picaso_core.retrieval.retriever import Embedder, Retriever, SentenceEmbedder, embeddings_path
-from picaso_core.store.store import (
-    CorruptShardError,
-    StateStore,
-    StoreError,
-    check_serves,
-    derived_folder,
-    heal,
-    is_url,
-    missing_index,
-    tqdm_progress,
-)
+from picaso_core.store.store import (CorruptShardError, StateStore, StoreError, check_serves, derived_folder, heal,
+                                     is_url, missing_index, tqdm_progress)
 
 # Every context is tokenised as text + "\n\n": the separator the demo model saw between contexts
 # and before the query (data/demo_world.py CONTEXT_SEP), and a paragraph break for real models.

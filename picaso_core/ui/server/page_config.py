@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 
-import gradio  # noqa: F401  (defines the component classes _gradio_class_ids walks)
 from gradio.blocks import Block
 from gradio_client.utils import SKIP_COMPONENTS, value_is_file
 

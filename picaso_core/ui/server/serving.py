@@ -40,7 +40,6 @@ HISTORY_ROWS = 20  # rows of a session's run history kept
 LIGHT_THREADS = 14  # threads beyond the pool's: light events and Gradio's own sync routes (/info)
 
 
-
 def settings(env: dict[str, str] | None = None) -> dict:
     """The serving settings from the environment (app.py's flags override them)."""
     env = dict(os.environ if env is None else env)
@@ -58,7 +57,7 @@ def settings(env: dict[str, str] | None = None) -> dict:
                 threads=read("PICASO_THREADS", int, DEFAULT_THREADS))
 
 
-def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float, threads: int = 0) -> None:
+def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float = 0.0, threads: int = 0) -> None:
     if threads < 0:
         raise ValueError(f"--threads must be 0 (the cores shared out among the workers) or more, got {threads}")
     if workers < 1:
@@ -67,6 +66,11 @@ def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float, thr
         raise ValueError(f"--queue-size must be 0 (no bound) or more, got {queue_size}")
     if max_sessions < 1:
         raise ValueError(f"--max-sessions must be at least 1, got {max_sessions}")
+    check_cache_mb(cache_mb)
+
+
+def check_cache_mb(cache_mb: float) -> None:
+    """--compose-cache-mb: the Compose tab's composed-state cache in MiB (ui/tabs/compose_runs.py)."""
     if cache_mb < 0:
         raise ValueError(f"--compose-cache-mb must be 0 (no cache) or more, got {cache_mb}")
 
@@ -99,7 +103,7 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: in
     """Queue `demo` with one model pool of `workers`, at most `queue_size` waiting events (0: no
     bound) refused with BUSY beyond, and at most `max_sessions` sessions' state kept; torch runs
     `job_threads(workers, threads)` threads. Returns the launch() keyword arguments that go with it."""
-    check(workers, queue_size, max_sessions, 0, threads)
+    check(workers, queue_size, max_sessions, threads=threads)
     torch.set_num_threads(job_threads(workers, threads))
     demo.queue(default_concurrency_limit=workers, max_size=queue_size or None)
     _say_busy(demo._queue)

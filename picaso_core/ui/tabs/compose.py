@@ -27,23 +27,9 @@ from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
 from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import HISTORY_ROWS, LIGHT, MODEL
 from picaso_core.ui.tabs.compose_runs import FIGURES, cache_stats, memo, retrieve, run_methods_cached
-from picaso_core.ui.tabs.compose_views import (
-    ENDPOINT,
-    LABEL,
-    METHODS,
-    RESULT_COLUMNS,
-    TABLE_NOTE,
-    Context,
-    api_snippet,
-    contexts_html,
-    generations_html,
-    history_row,
-    python_snippet,
-    results_data,
-    results_plot,
-    results_table,
-    summary_md,
-)
+from picaso_core.ui.tabs.compose_views import (ENDPOINT, LABEL, METHODS, RESULT_COLUMNS, TABLE_NOTE, Context,
+                                               api_snippet, contexts_html, generations_html, history_row,
+                                               python_snippet, results_data, results_plot, results_table, summary_md)
 
 TITLE = "Compose & compare"
 K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate beyond

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
 from picaso_core.analysis.evaluate import run_methods
-from picaso_core.ui.server.serving import rotation_threads
+from picaso_core.ui.server.serving import check_cache_mb, rotation_threads
 
 CACHE = ComposeCache(int(float(os.environ.get("PICASO_COMPOSE_CACHE_MB", DEFAULT_BUDGET / 2**20)) * 2**20))
 RESULTS = ResultCache(64)  # scored runs: a repeated click, the example every visitor opens on
@@ -27,8 +27,7 @@ FROM_RESULTS = "results from cache"
 
 def set_budget(cache_mb: float) -> None:
     """The composed-state cache's byte budget, in MiB (0: keep nothing)."""
-    if cache_mb < 0:
-        raise ValueError(f"--compose-cache-mb must be 0 (no cache) or more, got {cache_mb}")
+    check_cache_mb(cache_mb)
     CACHE.budget = int(cache_mb * 2**20)
 
 

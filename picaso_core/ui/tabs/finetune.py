@@ -27,15 +27,8 @@ from picaso_core.analysis import summaries as S
 from picaso_core.analysis import sweep
 from picaso_core.data import load_corpus
 from picaso_core.finetune import train as FT
-from picaso_core.finetune.card import (
-    PAPER_ROW,
-    PAPER_TABLE1,
-    PAPER_TABLE2,
-    ROW_NAMES,
-    SKILL_KS,
-    TABLE1_METHODS,
-    skill_cell,
-)
+from picaso_core.finetune.card import (PAPER_ROW, PAPER_TABLE1, PAPER_TABLE2, ROW_NAMES, SKILL_KS, TABLE1_METHODS,
+                                       skill_cell)
 from picaso_core.finetune.evaluate import model_source
 from picaso_core.plots import finetune as PF
 from picaso_core.retrieval import rankers as R

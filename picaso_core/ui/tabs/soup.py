@@ -23,22 +23,9 @@ from picaso_core.ui.code import show_code
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import MODEL
-from picaso_core.ui.tabs.soup_handlers import (
-    DEFAULT_ANSWERS,
-    DEFAULT_METHOD,
-    DEFAULT_PROMPT,
-    MIX_COLUMNS,
-    TASK_A,
-    TASK_B,
-    decay,
-    decay_limits,
-    mixing,
-    retrieval_curve,
-    retrieve,
-    soup_map,
-    two_task,
-    two_task_columns,
-)
+from picaso_core.ui.tabs.soup_handlers import (DEFAULT_ANSWERS, DEFAULT_METHOD, DEFAULT_PROMPT, MIX_COLUMNS, TASK_A,
+                                               TASK_B, decay, decay_limits, mixing, retrieval_curve, retrieve, soup_map,
+                                               two_task, two_task_columns)
 
 TITLE = "State soup"
 LOOK_AT = (

@@ -62,7 +62,8 @@ def _memo(memo: dict | None, key, fn):
 # ---- Compose & compare ------------------------------------------------------------------------
 def _compose(res: Resources, memo, example, **inputs):
     """The Compose tab's run for a step's inputs (the request's fields it names; the rest DEFAULTS)."""
-    named = {k: v for k, v in inputs.items() if k in C.DEFAULTS and k not in ("continuation", "example")}
+    # the example's own continuation, not the one a step's resolved inputs carry for its text box
+    named = {k: v for k, v in inputs.items() if k in C.DEFAULTS and k != "continuation"}
 
     def run():
         query, continuation = C.pick_example(res, example)
@@ -98,7 +99,7 @@ def compose_methods(res: Resources, memo=None, **inputs) -> View:
 
 
 def compose_order(res: Resources, memo=None, **inputs) -> View:
-    flipped = not inputs.get("most_relevant_last", True)
+    flipped = not inputs.get("most_relevant_last", C.DEFAULTS["most_relevant_last"])
     _, a, _, _ = _compose(res, memo, **{**inputs, "most_relevant_last": not flipped})
     _, b, _, _ = _compose(res, memo, **{**inputs, "most_relevant_last": flipped})
     rows = [{"Method": C.LABEL[m], "Most relevant last": round(a[m].loss, 4), "Most relevant first": round(b[m].loss, 4),

@@ -4,21 +4,16 @@ oldest session's state is dropped when one more comes)."""
 
 from __future__ import annotations
 
-import socket
-import time
+import inspect
 
 import gradio as gr
 import pytest
+from conftest import served_app
+from gradio_client import Client
 
 from picaso_core.ui.server import serving
 
 MAX_SESSIONS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def counter_app() -> gr.Blocks:
@@ -45,20 +40,13 @@ def quiet_serving(monkeypatch):
 def test_serve_passes_the_session_bound_to_launch(n, quiet_serving):
     kwargs = serving.serve(gr.Blocks(), workers=1, queue_size=4, max_sessions=n)
     assert kwargs["state_session_capacity"] == n
-    import inspect
     assert "state_session_capacity" in inspect.signature(gr.Blocks.launch).parameters  # a launch() argument
 
 
 def test_a_launched_server_keeps_at_most_max_sessions(quiet_serving):
-    from gradio_client import Client
-
     demo = counter_app()
     kwargs = serving.serve(demo, workers=1, queue_size=8, max_sessions=MAX_SESSIONS)
-    port = free_port()
-    t0 = time.monotonic()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **kwargs)
-    try:
-        url = f"http://127.0.0.1:{port}/"
+    with served_app(demo, server_name="127.0.0.1", **kwargs) as url:
         first = Client(url, verbose=False)
         assert first.predict(api_name="/bump") == 1
         assert first.predict(api_name="/bump") == 2  # the session's state is kept between its calls
@@ -74,6 +62,3 @@ def test_a_launched_server_keeps_at_most_max_sessions(quiet_serving):
         # the first session's state went with it: its counter starts again
         assert first.predict(api_name="/bump") == 1
         assert len(demo.state_holder.session_data) <= MAX_SESSIONS
-    finally:
-        demo.close()
-    assert time.monotonic() - t0 < 20
