@@ -21,28 +21,59 @@ import argparse
 import logging
 import os
 
-import gradio as gr
+# What parse_args reads is light (no torch, no gradio), so `--help` and a mistyped flag answer at once.
+from picaso_core.defaults import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES
+from picaso_core.ui.server import settings, time_limits
 
-from picaso_core.engine.loading import check_device
-from picaso_core.session import (DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES, Resources, fault_message,
-                                 load_resources)
-from picaso_core.ui import code
-from picaso_core.ui.layout import CSS, JS, THEME, header, page_loads
-from picaso_core.ui.server import serving
-from picaso_core.ui.server.gpu import on_zerogpu
-from picaso_core.ui.tabs import (attribution, benchmarks, coffee, compose, compose_runs, finetune, landscape, primer,
-                                 soup)
-from picaso_core.ui.tour import cache as tour
-from picaso_core.ui.tour import controls as tour_controls
-from picaso_core.ui.tour.links import tab_key
+# The serving half's names, which _import_serving() sets. `app.TABS`, `app.load_resources` (tests
+# patch it) and the others import it on first use (PEP 562 __getattr__ below): `import app` is light too.
+_SERVING = frozenset({"gr", "check_device", "Resources", "fault_message", "load_resources", "code", "CSS", "JS",
+                      "THEME", "header", "page_loads", "defer_loads", "serving", "on_zerogpu", "attribution",
+                      "benchmarks", "coffee", "compose", "compose_runs", "finetune", "landscape", "primer", "soup",
+                      "tour", "tour_controls", "tab_key", "TABS"})
+_serving_imported = False
 
-TABS = (compose, soup, landscape, attribution, benchmarks, finetune, primer, coffee)
+
+def _import_serving() -> None:
+    """Import the serving half (gradio, torch through the session, the tabs) as this module's names,
+    once. It comes after the arguments are read: at the top of the module it made `--help` and an
+    argument error take ~30 s."""
+    global _serving_imported, gr, check_device, Resources, fault_message, load_resources, code, CSS, JS, THEME, \
+        header, page_loads, defer_loads, serving, on_zerogpu, attribution, benchmarks, coffee, compose, compose_runs, \
+        finetune, landscape, primer, soup, tour, tour_controls, tab_key, TABS
+    if _serving_imported:  # once: a name a test patched after the first import stays patched
+        return
+    import gradio as gr
+
+    from picaso_core.engine.loading import check_device
+    from picaso_core.session import Resources, fault_message, load_resources
+    from picaso_core.ui import code
+    from picaso_core.ui.layout import CSS, JS, THEME, defer_loads, header, page_loads
+    from picaso_core.ui.server import serving
+    from picaso_core.ui.server.gpu import on_zerogpu
+    from picaso_core.ui.tabs import (attribution, benchmarks, coffee, compose, compose_runs, finetune, landscape,
+                                     primer, soup)
+    from picaso_core.ui.tour import cache as tour
+    from picaso_core.ui.tour import controls as tour_controls
+    from picaso_core.ui.tour.links import tab_key
+
+    TABS = (compose, soup, landscape, attribution, benchmarks, finetune, primer, coffee)  # the order a talk walks
+    _serving_imported = True
+
+
+def __getattr__(name: str):
+    if name in _SERVING:
+        _import_serving()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_app(res: Resources) -> gr.Blocks:
+    _import_serving()
     with gr.Blocks(title="PICASO Explorer") as demo:
-        header(res)
-        talk = tour_controls.render_controls(res)  # Start the tour, Copy link, Large text; the tour bar
+        with gr.Row(elem_id="px-head"):  # one line in talk mode (layout.CSS): the title, the model, the controls
+            header(res)
+            talk = tour_controls.render_controls(res)  # Start the tour, Copy link, Large text; the tour bar
         blocks = {}
         with gr.Tabs() as tabs:
             for tab in TABS:
@@ -50,8 +81,9 @@ def build_app(res: Resources) -> gr.Blocks:
                 with gr.Tab(tab.TITLE, id=key) as blocks[key]:
                     page_loads(demo, tab.render(res))  # a tab's opening values come with the page's load
                     tour_controls.render_exports(res, key, blocks[key])
-        tour_controls.wire(demo, res, talk, tabs, blocks)
+        gate = tour_controls.wire(demo, res, talk, tabs, blocks)
     serving.lazy_figures(demo)  # prebuilt figures come with the page's load, not inside /config
+    defer_loads(demo, gate)  # a link's figure first, the plots and model work of the page's load after it
     return demo
 
 
@@ -68,9 +100,9 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
     p.add_argument("--split", default=env.get("PICASO_SPLIT", DEFAULT_SPLIT), help="corpus split [PICASO_SPLIT]")
     p.add_argument("--cache-dir", default=env.get("PICASO_CACHE", str(DEFAULT_CACHE)),
                    help="where state stores are kept, one folder per corpus and model [PICASO_CACHE]")
-    p.add_argument("--max-tokens", type=int, default=int(env.get("PICASO_MAX_TOKENS", DEFAULT_MAX_TOKENS)),
+    p.add_argument("--max-tokens", type=int, default=_env_int(p, env, "PICASO_MAX_TOKENS", DEFAULT_MAX_TOKENS),
                    help="most context tokens one request may compose [PICASO_MAX_TOKENS]")
-    p.add_argument("--max-contexts", type=int, default=int(env.get("PICASO_MAX_CONTEXTS") or 0) or None,
+    p.add_argument("--max-contexts", type=int, default=_env_int(p, env, "PICASO_MAX_CONTEXTS", 0) or None,
                    help="use at most this many contexts: a real checkpoint's state is 5-160 MiB [PICASO_MAX_CONTEXTS]")
     p.add_argument("--encode-all", action="store_true",
                    default=env.get("PICASO_ENCODE_ALL", "").lower() in ("1", "true", "yes"),
@@ -88,10 +120,11 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    "when its Run it live is pressed; a soak measures the clicks alone) [PICASO_TOUR_PREBUILD=0]")
     p.add_argument("--host", default=env.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="0.0.0.0 to serve other machines, as in the Docker image [GRADIO_SERVER_NAME]")
-    p.add_argument("--port", type=int, default=int(env.get("GRADIO_SERVER_PORT") or env.get("PORT") or 7860),
+    p.add_argument("--port", type=int,
+                   default=_env_int(p, env, "GRADIO_SERVER_PORT" if env.get("GRADIO_SERVER_PORT") else "PORT", 7860),
                    help="[GRADIO_SERVER_PORT or PORT]")
     try:
-        serve = serving.settings(env)  # serving on a bigger machine: docs/serving.md
+        serve = settings.settings(env)  # serving on a bigger machine: docs/serving.md
     except ValueError as e:
         p.error(str(e))
     p.add_argument("--workers", type=int, default=serve["workers"],
@@ -104,9 +137,20 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
                    help="memory for composed states kept between clicks (0: none) [PICASO_COMPOSE_CACHE_MB]")
     p.add_argument("--threads", type=int, default=serve["threads"],
                    help="torch threads per job (0: the cores shared out among the workers) [PICASO_THREADS]")
+    time_limits.add_argument(p)  # --time-limit NAME=SECONDS: docs/serving.md, 'Bounded work'
+    try:
+        upload_mb = float(env.get("PICASO_MAX_UPLOAD_MB") or 10)
+    except ValueError:
+        p.error(f"PICASO_MAX_UPLOAD_MB={env['PICASO_MAX_UPLOAD_MB']!r}: expected a number")
+    p.add_argument("--max-upload-mb", type=float, default=upload_mb,
+                   help="largest file upload accepted, in MB (the app's own inputs take none; docs/serving.md, "
+                   "'Nothing left behind') [PICASO_MAX_UPLOAD_MB]")
     args = p.parse_args(argv)
     try:
-        serving.check(args.workers, args.queue_size, args.max_sessions, args.compose_cache_mb, args.threads)
+        args.time_limits = time_limits.time_limits(args.time_limit, env)  # PICASO_TIME_LIMITS under the flags
+        settings.check(args.workers, args.queue_size, args.max_sessions, args.compose_cache_mb, args.threads)
+        if not args.max_upload_mb > 0:
+            raise ValueError(f"--max-upload-mb must be more than 0, got {args.max_upload_mb:g}")
     except ValueError as e:
         p.error(str(e))
     if args.corpus is None and args.database is None:
@@ -114,8 +158,19 @@ def parse_args(argv: list[str] | None = None, env: dict[str, str] | None = None)
     return args
 
 
+def _env_int(p: argparse.ArgumentParser, env: dict[str, str], name: str, default: int) -> int:
+    """A whole number from the environment variable `name` (unset or empty: `default`); another value
+    is argparse's one `error:` line naming the variable, not a traceback."""
+    raw = env.get(name) or default
+    try:
+        return int(raw)
+    except ValueError:
+        p.error(f"{name}={raw!r}: expected a whole number")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    _import_serving()  # after the arguments: --help and a mistyped flag answer without it
     try:  # before anything loads: a device this torch cannot give (PICASO_DEVICE=cuda on the CPU image)
         check_device(args.device)
     except RuntimeError as e:  # one line naming the fix, not a traceback
@@ -139,8 +194,10 @@ def main(argv: list[str] | None = None) -> None:
         serving.in_background(compose.warm, res)  # the example every visitor clicks first, scored ahead
     # one pool of --workers for every model-bound event, a queue of --queue-size (picaso_core.ui.server)
     limits = serving.serve(demo, workers=args.workers, queue_size=args.queue_size, max_sessions=args.max_sessions,
-                           threads=args.threads)
+                           threads=args.threads, time_limits=args.time_limits, max_upload_mb=args.max_upload_mb,
+                           routes=tour_controls.download_routes())  # the exports' downloads
     compose_runs.set_budget(args.compose_cache_mb)  # the Compose tab's composed-state cache
+    serving.register_memory(demo, res, args.max_sessions)  # /cache_stats's "memory": what each cache holds
     demo.launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=JS, show_error=True, **limits)
 
 

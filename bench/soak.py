@@ -7,6 +7,13 @@ same queries repeat is a leak (or allocator retention); a serving app must stay 
     python bench/soak.py --app-env MALLOC_ARENA_MAX=2     # the app under an environment setting
     python bench/soak.py --clients 5 --rounds 1 --calls 60 --serial 0 --queries 60 --app-args=--encode-all  # load
     python bench/soak.py --url http://127.0.0.1:7860/ --pid 1234   # an app already running
+    python bench/soak.py --mix --rounds 20 --calls 100    # every endpoint: the 2,000-call mixed soak
+
+--mix: instead of /compose alone, the calls cycle through every model-bound and light endpoint a
+visitor reaches (compose, generate_answer, attribute, soup map / retrieve / two-task / decay,
+landscape, primer views, a short COFFEE run, tour steps, cache stats) with inputs from a fixed set,
+so after the first cycle every cache is warm and what grows is the serving itself. At the end it
+prints what each of the app's caches holds (`/cache_stats`'s "memory": picaso_core/memory.py).
 
 Half of the clients (--new-sessions) open a fresh gradio_client session for every call (a visitor
 who reloads the page); the others keep theirs. Every call is one of the corpus's first --queries
@@ -37,15 +44,53 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def compose_calls(samples, k: int, labelled=()) -> list[dict]:
+    """The Compose-only soak's calls: one per sample."""
+    return [dict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id, api_name="/compose")
+            for s in samples]
+
+
+def mix_calls(samples, k: int, labelled=()) -> list[dict]:
+    """One cycle of the mixed soak: every endpoint a visitor reaches, weighted roughly as a talk's
+    audience clicks (Compose most, then the tour and the light calls), inputs from a fixed set.
+    labelled: the samples /attribute takes (QA samples with their contexts and gold ids)."""
+    qa = list(labelled) or samples
+    out: list[dict] = []
+    for i, s in enumerate(samples):
+        out.append(dict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id, api_name="/compose"))
+        out.append(dict(step=1 + i % 12, api_name="/tour_step"))
+        if i % 2 == 0:
+            out.append(dict(api_name="/cache_stats"))
+            out.append(dict(query=s.query, k=3, api_name="/generate_answer"))
+        if i % 4 == 0:
+            a = qa[(i // 4) % len(qa)]
+            out.append(dict(query=a.query, answer="", k=3, example=a.sample_id, methods=["loi", "picaso_r"],
+                            ablations=16, api_name="/attribute"))
+            out.append(dict(demos=["tree → arbre\nbook → livre\n", "cat → cats\ndog → dogs\n"][i // 4 % 2],
+                            layer=2, part="ssm", top=5, api_name="/soup_retrieve"))
+            out.append(dict(text=s.query, api_name="/primer_model"))
+        if i % 8 == 0:
+            out.append(dict(layer=2, part="ssm", method="tsne", dim=2, top=5, api_name="/soup_map"))
+            out.append(dict(sample="average", steps=7, pair="u2-u3", view="contour", api_name="/landscape"))
+            out.append(dict(task_a="english_french", task_b="singular_plural", prompt="door →",
+                            answers="porte\ndoors\nportes", w=0.25 + 0.5 * (i // 8 % 2), api_name="/soup_two_task"))
+            out.append(dict(text=s.query, layer=0, head=0, api_name="/primer_attention"))
+        if i % 16 == 0:
+            out.append(dict(chunk_tokens=100, documents=4, api_name="/soup_decay"))
+            out.append(dict(steps=50, seconds=5, api_name="/coffee_train"))
+    return out
+
+
 def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, serial: int, k: int,
-         new_sessions: float, settle: float = 0.0, progress=print) -> dict:
+         new_sessions: float, settle: float = 0.0, progress=print, mix: bool = False, labelled=()) -> dict:
     """A serial pass of `serial` calls, then `rounds` rounds of `calls` calls shared by `clients`
     threads; RSS (MB) after the serial pass and after each round (`settle` seconds after it, for
-    the app to hand freed pages back), and every call's seconds."""
+    the app to hand freed pages back), and every call's seconds. mix: the calls of `mix_calls`
+    (every endpoint) instead of /compose alone; each endpoint's worst seconds are reported."""
     from gradio_client import Client
 
-    ask = [dict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id, api_name="/compose")
-           for s in samples]
+    ask = (mix_calls if mix else compose_calls)(samples, k, labelled)
+    worst: dict[str, float] = {}
     fresh_every_call = set(range(int(round(clients * new_sessions))))
     keep = {i: Client(url, verbose=False) for i in range(clients) if i not in fresh_every_call}
     rss = [rss_mb(pid)]
@@ -67,12 +112,16 @@ def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, 
                 if j is None:
                     return
                 t0 = time.perf_counter()
+                call = ask[(r * calls + j) % len(ask)]
                 try:
                     client = keep[i] if i in keep else Client(url, verbose=False)
-                    client.predict(**ask[(r * calls + j) % len(ask)])
-                    latencies.append(time.perf_counter() - t0)
+                    client.predict(**call)
+                    took = time.perf_counter() - t0
+                    latencies.append(took)
+                    with lock:
+                        worst[call["api_name"]] = max(worst.get(call["api_name"], 0.0), took)
                 except Exception as e:  # a refusal ("busy") or a failed handshake: counted, not fatal
-                    failures.append(f"{type(e).__name__}: {str(e)[:120]}")
+                    failures.append(f"{call['api_name']} {type(e).__name__}: {str(e)[:120]}")
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
         t0 = time.perf_counter()
@@ -85,6 +134,11 @@ def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, 
         time.sleep(settle)
         rss.append(rss_mb(pid))
         progress(f"round {r + 1}/{rounds}: {calls} calls in {took:.1f} s, RSS {rss[-1]:.0f} MB")
+    caches = {}
+    try:
+        caches = Client(url, verbose=False).predict(api_name="/cache_stats").get("memory", {})
+    except Exception as e:  # noqa: BLE001  (an older app without the report)
+        progress(f"no cache report: {e}")
     half = rounds // 2
     tail = list(range(1 + half, len(rss)))  # the rounds of the second half (and the one before)
     slope = _slope([t * calls for t in tail], [rss[t] for t in tail]) if len(tail) > 1 else 0.0
@@ -94,7 +148,8 @@ def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, 
             "growth_per_call_last_half_kb": round(1024 * (rss[-1] - rss[2 + half - 1]) / max(1, (rounds - half) * calls), 1)
             if rounds > 1 else 0.0,
             "throughput_per_s": round(len(latencies) / busy_s, 3) if busy_s else None,
-            "median_s": statistics.median(latencies) if latencies else None,
+            "median_s": statistics.median(latencies) if latencies else None, "mix": mix,
+            "worst_s": {k: round(v, 2) for k, v in sorted(worst.items())}, "caches": caches,
             "p95_s": sorted(latencies)[int(0.95 * (len(latencies) - 1))] if latencies else None}
 
 
@@ -123,13 +178,16 @@ def main() -> None:
     p.add_argument("--url", default=None, help="an app already running (with --pid): no app is started")
     p.add_argument("--pid", type=int, default=None, help="the process id of the app at --url")
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the app to start")
+    p.add_argument("--mix", action="store_true", help="every endpoint instead of /compose alone (mix_calls)")
     args = parse(p)
 
     from app_latency import launch, stop
 
     from picaso_core.data import load_corpus
 
-    samples = load_corpus(args.corpus, args.split).samples[: args.queries]
+    every = load_corpus(args.corpus, args.split).samples
+    samples = every[: args.queries]
+    labelled = [s for s in every if s.kind == "qa" and s.gold_ids and s.contexts][: max(1, args.queries // 4)]
     env = dict(kv.split("=", 1) for kv in args.app_env)
     with tempfile.TemporaryDirectory() as tmp:
         proc = log = None
@@ -141,7 +199,8 @@ def main() -> None:
             pid = proc.pid
         try:
             out = soak(url, pid, samples, clients=args.clients, rounds=args.rounds, calls=args.calls,
-                       serial=args.serial, k=args.k, new_sessions=args.new_sessions, settle=args.settle)
+                       serial=args.serial, k=args.k, new_sessions=args.new_sessions, settle=args.settle,
+                       mix=args.mix, labelled=labelled)
         finally:
             if proc is not None:
                 stop(proc, log)
@@ -151,6 +210,13 @@ def main() -> None:
           f"{out['failures']} failed calls; "
           f"latency median {out['median_s'] or 0:.2f} s, p95 {out['p95_s'] or 0:.2f} s, "
           f"{out['throughput_per_s'] or 0:.2f} answered calls / s")
+    if out["failure_kinds"]:
+        print("failures, e.g.: " + " | ".join(out["failure_kinds"]))
+    if args.mix:
+        print("worst seconds per endpoint: " + ", ".join(f"{k} {v:.1f}" for k, v in out["worst_s"].items()))
+    for name, c in sorted(out["caches"].items(), key=lambda kv: -(kv[1].get("bytes") or 0)):
+        size = "?" if c.get("bytes") is None else f"{c['bytes'] / 2**20:8.1f} MB"
+        print(f"  cache {name:<28} {size}   bound: {c['bound']}")
     write_json(args, out, env=env)
 
 

@@ -50,6 +50,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from picaso_core import deadline
 from picaso_core.engine.state import ContextState
 
 __all__ = [
@@ -285,8 +286,14 @@ def _encode_in_groups(model, seqs: list, states: list | None, threads: int) -> l
         return model.encode_contexts(seqs, states=states)
     bounds = [round(i * len(seqs) / groups) for i in range(groups + 1)]
     parts = [(seqs[a:b], None if states is None else states[a:b]) for a, b in zip(bounds, bounds[1:])]
+    limit = deadline.current() or (None, None)  # a served job's time limit holds in the other groups' threads
+
+    def encode(sq, st):
+        with deadline.until(*limit):
+            return model.encode_contexts(sq, states=st)
+
     with ThreadPoolExecutor(groups - 1) as pool:
-        rest = [pool.submit(model.encode_contexts, sq, states=st) for sq, st in parts[1:]]
+        rest = [pool.submit(encode, sq, st) for sq, st in parts[1:]]
         first = model.encode_contexts(parts[0][0], states=parts[0][1])
         return first + [x for f in rest for x in f.result()]
 

@@ -49,6 +49,7 @@ from typing import Sequence
 from picaso_core.analysis.evaluate import METHODS
 from picaso_core.analysis.summaries import paper_vs_ours, summarize
 from picaso_core.analysis.sweep import CONTEXT_SUFFIX, ContextSource, RecordLog, parse_ks, run_sweep
+from picaso_core.defaults import count
 from picaso_core.retrieval.rankers import RETRIEVERS, make_ranker
 
 __all__ = ["main", "parse_args", "cache_root", "default_store_dir"]
@@ -83,9 +84,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="a database file ({\"id\", \"text\"} per line) whose chunks join a .jsonl corpus's: the "
                    "chunks retrieval samples retrieve from [PICASO_DATABASE]")
     p.add_argument("--split", default="test")
-    p.add_argument("--samples", type=int, default=200, help="samples of the main sweep and the QA pass")
-    p.add_argument("--ks", default="0-10", help="k values of the main sweep: 0-10, or a list such as 0,2,5")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
+    p.add_argument("--samples", type=count(0), default=200, help="samples of the main sweep and the QA pass")
+    p.add_argument("--ks", type=_ks_list(empty=False), default="0-10",
+                   help="k values of the main sweep: 0-10, or a list such as 0,2,5")
+    p.add_argument("--methods", type=_methods, default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
     p.add_argument("--out", default="runs/demo", help="output folder (a rerun resumes what is in it)")
     p.add_argument("--qa", default="auto", help="QA pass (table 1): auto (demo: the demo's QA set; msmarco: "
                    "itself), none, or a corpus name")
@@ -93,21 +95,55 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="the first N samples build every state on its own and time it (fig. 3 right, fig. 5); "
                    "the rest build Concat and PICConcat-R for all k from shared prefixes (the same states, about "
                    "half the work) and record no compose time for them; -1: time every sample")
-    p.add_argument("--long-ks", default="20,30,40,50", help="fig. 6 sweep beyond 10 chunks ('none' to skip)")
-    p.add_argument("--long-samples", type=int, default=20)
-    p.add_argument("--retrievers", default="minilm,bm25,random,mpnet,glove",
+    p.add_argument("--long-ks", type=_ks_list(), default="20,30,40,50",
+                   help="fig. 6 sweep beyond 10 chunks ('none' to skip)")
+    p.add_argument("--long-samples", type=count(0), default=20)
+    p.add_argument("--retrievers", type=_retrievers, default="minilm,bm25,random,mpnet,glove",
                    help="fig. 8 ablation (mpnet and glove need the hub; skipped offline); 'none' to skip")
-    p.add_argument("--ablation-samples", type=int, default=50)
-    p.add_argument("--timing-tokens", default="256,512,1024,2048,4096,8192",
+    p.add_argument("--ablation-samples", type=count(0), default=50)
+    p.add_argument("--timing-tokens", type=_ks_list(), default="256,512,1024,2048,4096,8192",
                    help="fig. 7: context lengths for processing vs generating 32 tokens ('none' to skip)")
     p.add_argument("--store", default=os.environ.get("PICASO_STORE") or None,
                    help="state store: a folder, or the URL of a prebuilt one (python -m picaso_core.store build; "
                    "read-only) [PICASO_STORE] (default: ~/.cache/picaso_explorer/experiments/...)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=count(0), default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--device", default=None)
     p.add_argument("--ship", default=None, help="also write summary.json here (the app's Benchmarks tab reads "
                    "assets/benchmarks_summary.json)")
     return p.parse_args(argv)
+
+
+# argparse `type=` checks: a bad value is argparse's one `error:` line at once, not a traceback after
+# the model loads. The lists stay as written (the report names them); _run parses them.
+def _ks_list(empty: bool = True):
+    def check(text: str) -> str:
+        try:
+            ks = parse_ks(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if not ks and not empty:
+            raise argparse.ArgumentTypeError(f"{text!r} names no k: the main sweep needs at least one (e.g. 0-10)")
+        return text
+    return check
+
+
+def _names(text: str, valid, what: str) -> str:
+    bad = [n.strip() for n in text.split(",") if n.strip() and n.strip() not in (*valid, "none")]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(map(repr, bad))} (valid: {', '.join(valid)})")
+    return text
+
+
+def _methods(text: str) -> str:
+    if not [m for m in text.split(",") if m.strip()]:
+        raise argparse.ArgumentTypeError(f"no methods given (valid: {', '.join(METHODS)})")
+    return _names(text, METHODS, "methods")
+
+
+def _retrievers(text: str) -> str:
+    return _names(text, tuple(RETRIEVERS), "retrievers")
+
+
 
 
 def main(argv: Sequence[str] | None = None, embedder=None) -> dict:
@@ -155,9 +191,6 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None, embedder) -> dict
     t_start = time.perf_counter()
     ks = parse_ks(args.ks)
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not ks:
-        sys.exit(f"error: unknown methods {bad} (valid: {', '.join(METHODS)})" if bad else "error: --ks is empty")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = RecordLog(out / "records.jsonl")

@@ -28,7 +28,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
-import os
 import re
 import shutil
 import threading
@@ -42,17 +41,16 @@ import torch
 from picaso_core.assets import ASSETS
 from picaso_core.data import DEMO_DATA_DIR, CorpusError, limit_corpus, load_corpus
 from picaso_core.data.hub import HubError
+from picaso_core.defaults import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES  # light: app.py --help
 from picaso_core.engine.loading import load_model
 from picaso_core.retrieval.retriever import Embedder, Retriever, SentenceEmbedder, embeddings_path
+from picaso_core.store.servable import servable_hits, skip_note
 from picaso_core.store.store import (CorruptShardError, StateStore, StoreError, check_serves, derived_folder, heal,
                                      is_url, missing_index, tqdm_progress)
 
 # Every context is tokenised as text + "\n\n": the separator the demo model saw between contexts
 # and before the query (data/demo_world.py CONTEXT_SEP), and a paragraph break for real models.
 CONTEXT_SUFFIX = "\n\n"
-DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "picaso_explorer"
-DEFAULT_MAX_TOKENS = 4096  # total context tokens one request may compose (CPU time of Concat)
-DEFAULT_SPLIT = "test"
 log = logging.getLogger("picaso_explorer")  # the app's log (picaso_core.ui.errors writes the same one)
 __all__ = ["Resources", "load_resources", "tuned_resources", "open_or_build_store", "store_folder", "fault_message",
            "StoreFault", "ModelLoadError", "TunedModelError", "CONTEXT_SUFFIX", "DEFAULT_CACHE", "DEFAULT_MAX_TOKENS",
@@ -100,7 +98,7 @@ class Resources:
     the states a request needs to the store (thread-safe, append-only)."""
 
     model: object  # SSMLanguageModel, eval mode
-    model_name: str
+    model_name: str  # public_model_name(--model): shown to every visitor, so a folder's name, not its path
     corpus: object  # picaso_core.data.Corpus
     store: StateStore
     retriever: Retriever
@@ -175,17 +173,41 @@ class Resources:
         except StoreError as e:  # a damaged or read-only store: one line to the visitor and the log
             raise self.store_fault(e, [self.store.url, self.store.folder, self.cache_dir]) from None
 
+    def servable(self, rank: Callable[[tuple[str, ...]], list]) -> tuple[list, str]:
+        """(hits, note): the retrieval `rank(skip)` (hits that leave out the ids in `skip`) with the
+        contexts the store cannot serve (a read-only store's damaged shards, contexts it lacks) passed
+        over for the next-ranked ones, and one line for the visitor naming those skipped ('' if none).
+        Only the shards of the hits are checked (store.servable)."""
+        hits, skipped = servable_hits(self.store, rank)
+        if skipped:
+            log.warning("retrieval skipped %d contexts the store cannot serve: %s", len(skipped),
+                        ", ".join(f"{c} ({why})" for c, why in list(skipped.items())[:10]))
+        return hits, skip_note(skipped)
+
     def describe(self) -> str:
         cfg = self.model.config
         params = sum(p.numel() for p in self.model.parameters())
         n, total = len(self.store), len(self.database)
         lazy = "" if n >= total else ", the rest on first use"
         return (
-            f"model **{self.model_name}** ({cfg.family}, {cfg.n_layer} layers, d_model {cfg.d_model}, "
+            f"model **{public_model_name(self.model_name)}** ({cfg.family}, {cfg.n_layer} layers, "
+            f"d_model {cfg.d_model}, "
             f"{_si(params)} params) · corpus **{self.corpus.name}/{self.corpus.split}** "
             f"({len(self.corpus)} examples, {total} contexts) · store **{n} of {total} states** encoded{lazy} "
             f"({_si(self.model.config.state_nbytes(), 1024)}B each)"
         )
+
+
+def public_model_name(spec: str) -> str:
+    """How a visitor sees `--model`: "demo" and hub ids (owner/name) as given; a local folder by its
+    name ("./runs/my_checkpoint/" -> "my_checkpoint"), since its path tells every visitor how the
+    server's disk is laid out."""
+    spec = str(spec)
+    path = Path(spec).expanduser()
+    hub_like = spec.count("/") == 1 and not spec.startswith((".", "/", "~", "\\"))
+    if path.is_dir() or not hub_like:
+        return (path.resolve().name if path.is_dir() else path.name) or spec
+    return spec
 
 
 def _si(x: float, base: int = 1000) -> str:
@@ -263,7 +285,6 @@ def shipped_embeddings(corpus_name: str, split: str, embedder_name: str) -> list
     return [DEMO_DATA_DIR / f"{split}_database.{embedder_name}.safetensors"]
 
 
-DTYPES = ("float32", "bfloat16", "float16")  # load_resources(dtype=), app.py --dtype
 # what a write fails with in a folder this account cannot write, or on a full disk
 _WRITE_ERRNOS = (errno.EACCES, errno.EROFS, errno.EPERM, errno.ENOSPC)
 
@@ -345,7 +366,8 @@ def load_resources(
         seeds=shipped_embeddings(corpus, split, embedder.name),
         progress=tqdm_progress("embedding contexts for retrieval"))
     times["retriever"] = time.perf_counter() - t
-    return Resources(m, model, c, store, retriever, max_tokens, times, Path(cache_dir))
+    # the header, the code snippets and the tabs' replies name the model: a folder's name, never its path
+    return Resources(m, public_model_name(model), c, store, retriever, max_tokens, times, Path(cache_dir))
 
 
 def tuned_resources(res: Resources) -> Resources:

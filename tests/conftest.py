@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -388,9 +389,46 @@ def app_url(tiny_model_dir, tmp_path_factory):
     output: `served_log`."""
     tmp = tmp_path_factory.mktemp("served")
     corpus = write_corpus(tmp / "facts.jsonl")
+    # no tour build in the background: it would compete with every test for the cores all session, and a
+    # page would open on the tour's results or not by when it is loaded (tour_app serves a built tour)
     with served_app(["--model", tiny_model_dir, "--corpus", corpus, "--cache-dir", tmp / "cache"],
-                    log=tmp / "app.log", env={"HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}) as url:
+                    log=tmp / "app.log", env={"HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+                                              "PICASO_TOUR_PREBUILD": "0"}) as url:
         yield url
+
+
+# ---- the hostile-input suite (tests/ui/hostile/, issue 47): one app for all its modules ------------------
+# The flags the suite's app runs with: the serving settings of a public Space, made small where a test
+# needs to reach a bound quickly (each flag's test says which).
+HOSTILE_ARGV = ["--model", "demo", "--corpus", "demo", "--no-tour-prebuild", "--workers", "2", "--queue-size", "4",
+                "--time-limit", "landscape=2",  # test_hostile_bounds: /landscape's largest grid runs past 2 s
+                "--max-upload-mb", "5"]  # test_hostile_leftovers: a 50 MB upload is refused
+HOSTILE_ENV = {"HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+               "PICASO_EXPORT_TTL_S": "2"}  # test_hostile_leftovers: exports swept after 2 s
+
+
+@pytest.fixture(scope="session")
+def hostile_app(tmp_path_factory):
+    """`python app.py` with HOSTILE_ARGV, started by the first hostile test that asks for it (they run
+    together, tests/ui/hostile/) and stopped at the session's end. A Served URL with .log,
+    .read_log(), .proc, .port and .tmp: tmp/'tmp' is the app's TMPDIR (a test looks there for what was
+    left behind), tmp/'cache' its --cache-dir. (A fixture here, not in a tests/ui/hostile/conftest.py:
+    pytest imports every conftest.py outside a package as the one module "conftest", so a second one
+    would hide this file's helpers from `from conftest import ...`.)"""
+    tmp = tmp_path_factory.mktemp("hostile")
+    (tmp / "tmp").mkdir()
+    with served_app([*HOSTILE_ARGV, "--cache-dir", tmp / "cache"], log=tmp / "app.log",
+                    env={**HOSTILE_ENV, "TMPDIR": str(tmp / "tmp")}) as url:
+        url.tmp = tmp
+        yield url
+
+
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^\s+File \".*\", line \d+", re.M)
+
+
+def tracebacks(log: str) -> list[str]:
+    """The traceback lines in an app log (none is the bar: every rejected input is one line)."""
+    return [m.group(0) for m in TRACEBACK.finditer(log)]
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ also those inside functions) has no circle, and imports run downward only:
     store · retrieval                   the database of states, and what to fetch from it
     compose · data                      the composition methods; the corpora
     engine                              the model, its state, decoding, loading
-    assets · faces                      where the bundled files are; a package's lazy face
+    assets · faces · memory · deadline  where the bundled files are; a package's lazy face; the caches' sizes;
+                                        a job's time limit; defaults: the flags' light defaults (no torch)
 
 The graph is built with `ast`, so nothing is imported to check it. Importing `a.b.c` also runs
 `a/b/__init__.py`: a module that imports into a package from outside it depends on that package's
@@ -37,8 +38,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "picaso_core"
 
-TIER = {"assets": 0, "faces": 0, "engine": 1, "compose": 2, "data": 2, "store": 3, "retrieval": 3,
-        "analysis": 4, "finetune": 4, "lab": 4, "plots": 4, "session": 5, "experiments": 5, "ui": 6, "space": 7}
+TIER = {"assets": 0, "faces": 0, "memory": 0, "deadline": 0, "defaults": 0, "engine": 1, "compose": 2, "data": 2,
+        "store": 3, "retrieval": 3, "analysis": 4, "finetune": 4, "lab": 4, "plots": 4, "session": 5, "experiments": 5,
+        "ui": 6, "space": 7}
 
 
 def modules(pkg: Path = PKG) -> dict[str, tuple[Path, bool]]:
@@ -129,7 +131,7 @@ def layer(module: str) -> str:
 
 def upward(graph: dict[str, set[str]]) -> list[str]:
     """'a -> b' for every import from a lower tier to a higher one, or between two tiers' equals
-    that are not allowed to meet (engine imports nothing of picaso_core but assets and faces)."""
+    that are not allowed to meet (engine imports nothing of picaso_core but assets, faces and deadline)."""
     bad = []
     for a, deps in graph.items():
         la = layer(a)
@@ -162,7 +164,8 @@ def test_engine_imports_nothing_above_it():
     graph = import_graph()
     engine = {m: deps for m, deps in graph.items() if layer(m) == "engine"}
     assert engine, "no picaso_core.engine modules found"
-    above = {f"{m} -> {d}" for m, deps in engine.items() for d in deps if layer(d) not in ("engine", "assets", "faces")}
+    above = {f"{m} -> {d}" for m, deps in engine.items() for d in deps
+             if layer(d) not in ("engine", "assets", "faces", "deadline")}
     assert above == set()
 
 

@@ -33,9 +33,10 @@ from typing import Sequence
 
 import numpy as np
 
-from picaso_core.analysis.attribution import fit_surrogate
-from picaso_core.analysis.attribution_sources import ablation_losses, loo_masks
-from picaso_core.analysis.sources import encode_sources, make_sources
+from picaso_core.defaults import count
+
+# The analyses (torch) are imported by the functions that run them: a command's work, after its
+# arguments, so that `--help` and a bad value answer at once.
 
 SUFFIX = "\n\n"  # every context is stored as text + "\n\n" (data/demo_world.py CONTEXT_SEP; the app's store)
 WAYS = {"states": ("picaso_r", "states"), "reencode": ("concat", "reencode")}  # way -> (method, way)
@@ -44,6 +45,8 @@ KS = (1, 3)
 
 def scorer(model, q, a, sources, states, method: str, way: str):
     """masks [m, N] -> (mean answer loss [m], seconds per distinct mask): each distinct row once."""
+    from picaso_core.analysis.attribution_sources import ablation_losses  # torch: the run's, not --help's
+
     def score(masks: np.ndarray):
         uniq, inverse = np.unique(np.asarray(masks, dtype=bool), axis=0, return_inverse=True)
         t0 = time.perf_counter()
@@ -55,6 +58,10 @@ def scorer(model, q, a, sources, states, method: str, way: str):
 def evaluate_sample(model, sample, grain: str, counts: Sequence[int], heldout: int, seed: int,
                     ways: Sequence[str] = tuple(WAYS)) -> dict:
     """One sample's record: per way, LDS per ablation count, top-k drops, seconds per ablation."""
+    from picaso_core.analysis.attribution import fit_surrogate  # torch: the run's, not --help's
+    from picaso_core.analysis.attribution_sources import loo_masks
+    from picaso_core.analysis.sources import encode_sources, make_sources
+
     tok = model.tokenizer
     q, a = tok.encode(sample.query), tok.encode(sample.continuation)
     contexts = [(cid, text) for cid, text in sample.contexts]
@@ -142,19 +149,44 @@ def table(summary: dict, counts: Sequence[int]) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m picaso_core.analysis.attribution_eval",
-                                description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="demo", help="demo, a local folder or a hub id (online)")
     p.add_argument("--corpus", default="demo", help="demo, msmarco, or a .jsonl with gold-labelled QA samples")
     p.add_argument("--split", default="test")
-    p.add_argument("--samples", type=int, default=50)
-    p.add_argument("--first", type=int, default=0, help="index of the first sample (split a run across processes)")
-    p.add_argument("--grain", default="sentence", help="context, sentence, word, or a comma list (context,sentence)")
-    p.add_argument("--ablations", default="32,64,256", help="surrogate sizes, comma-separated")
-    p.add_argument("--heldout", type=int, default=64, help="held-out masks for the LDS")
-    p.add_argument("--ways", default="states,reencode")
+    p.add_argument("--samples", type=count(0), default=50)
+    p.add_argument("--first", type=count(0), default=0, help="index of the first sample (split a run across processes)")
+    p.add_argument("--grain", type=_among(("context", "sentence", "word"), "grains"), default="sentence",
+                   help="context, sentence, word, or a comma list (context,sentence)")
+    p.add_argument("--ablations", type=_ablations, default="32,64,256", help="surrogate sizes, comma-separated")
+    p.add_argument("--heldout", type=count(0), default=64, help="held-out masks for the LDS")
+    p.add_argument("--ways", type=_among(WAYS, "ways"), default="states,reencode")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/attribution_eval")
     return p.parse_args(argv)
+
+
+
+
+def _among(valid: Sequence[str], what: str):
+    def check(text: str) -> str:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        bad = [n for n in names if n not in valid]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} are {', '.join(valid)} (a comma list)")
+        return text
+    return check
+
+
+def _ablations(text: str) -> str:
+    try:
+        counts = {int(x) for x in text.split(",") if x.strip()}
+    except ValueError:
+        counts = set()
+    if not counts or min(counts) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers of at least 2 separated by commas, "
+                                         "e.g. 32,64,256")
+    return text
 
 
 def main(argv=None) -> dict:
@@ -163,16 +195,9 @@ def main(argv=None) -> dict:
     from picaso_core.data import load_corpus
     from picaso_core.engine.loading import load_model
 
-    try:
-        counts = sorted({int(x) for x in args.ablations.split(",") if x.strip()})
-    except ValueError:
-        sys.exit(f"--ablations {args.ablations!r}: give whole numbers separated by commas, e.g. 32,64,256")
+    counts = sorted({int(x) for x in args.ablations.split(",") if x.strip()})  # checked by parse_args
     grains = [g.strip() for g in args.grain.split(",") if g.strip()]
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
-    bad = [g for g in grains if g not in ("context", "sentence", "word")] + [w for w in ways if w not in WAYS]
-    if bad or not counts or min(counts) < 2:
-        sys.exit(f"bad --grain / --ways / --ablations ({bad or args.ablations}): grains context, sentence, word; "
-                 f"ways {', '.join(WAYS)}; at least 2 ablations")
     model = load_model(args.model)
     kind = "qa" if args.corpus == "demo" else None
     samples = [s for s in load_corpus(args.corpus, args.split, kind=kind).samples if s.contexts]

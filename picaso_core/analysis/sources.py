@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import re2
 import torch
 
 from picaso_core.compose import compose
@@ -43,11 +44,23 @@ WITHIN = ("caso", "picaso_r")  # how a context's kept sources are composed (docu
 # the whitespace before its first word
 SENTENCE_START = r"(?<=[.!?])[\"')\]]*\s+(?=\S)"
 WORD_START = r"(?<=\S)\s+(?=\S)"
+# A visitor's splitting regex runs in RE2 (linear time in the text: no pattern can backtrack, and
+# its matching releases the interpreter lock); Python's `re` runs only the two patterns above, ours.
+# Its work is still text length x program size where RE2 falls back from its DFA to its NFA (a
+# 10,994-instruction `(.?){999}x` took 2.7 s over 30,000 characters), so the program is capped;
+# RE2's max_mem refuses at compile time a pattern whose program would pass 1 MiB (`\p{L}{1000}`), and
+# bounds the DFA cache each compiled pattern keeps (re2.compile's LRU holds 128 patterns: <= 128 MiB).
+MAX_PATTERN_CHARS = 200
+MAX_PATTERN_PROGRAM = 2000  # RE2 instructions, each direction: `\p{L}+` is 1,202, `[.!?]\s` 10
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.max_mem = 1 << 20
+_RE2_OPTIONS.log_errors = False  # a refused pattern is the visitor's one-line error, never a line on stderr
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class SourceError(ValueError):
-    """Bad splitter input (an unknown grain, a regex that is invalid or matches nothing): its
-    message names the fix."""
+    """Bad splitter input (an unknown grain, a regex that is invalid, unsupported, too long or too
+    large, or that matches nothing): its message, one line, names the fix."""
 
 
 @dataclass(frozen=True)
@@ -73,21 +86,21 @@ class Source:
 def split_spans(text: str, grain: str = "sentence", pattern: str | None = None) -> list[tuple[int, int]]:
     """[start, end) spans that tile `text`: one per sentence, word or match of `pattern`.
 
-    grain: "context" (one span), "sentence", "word"; `pattern` (a regex) replaces the sentence or
-    word splitter: each non-empty match starts a source and runs to the next match, the text
-    before the first match joining the first source.
-    Raises SourceError for an unknown grain, a pattern at context grain, an invalid pattern, or
-    one that matches nothing in `text`."""
+    grain: "context" (one span), "sentence", "word"; `pattern` (a regex, RE2 syntax: run in linear
+    time, see `splitting_regex`) replaces the sentence or word splitter: each non-empty match starts
+    a source and runs to the next match, the text before the first match joining the first source.
+    Raises SourceError for an unknown grain, a pattern at context grain, a pattern refused by
+    `splitting_regex`, or one that matches nothing in `text`."""
     if grain not in GRAINS:
         raise SourceError(f"unknown grain {grain!r}: use one of {', '.join(GRAINS)}")
     if pattern:
         if grain == "context":
             raise SourceError("a splitting regex cuts contexts into sources: use grain sentence or word with it")
-        try:
-            rx = re.compile(pattern)
-        except re.error as e:
-            raise SourceError(f"invalid regex {pattern!r} ({e}): fix it, or leave it empty for {grain}s") from None
-        starts = sorted({m.start() for m in rx.finditer(text) if m.end() > m.start()})
+        rx = splitting_regex(pattern, grain)
+        # RE2 reads UTF-8, which has no lone surrogate: each becomes U+FFFD, one character for one,
+        # so the match positions (RE2's wrapper gives str indices) are still `text`'s
+        target = text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+        starts = sorted({m.start() for m in rx.finditer(target) if m.end() > m.start()})
         if not starts:
             raise SourceError(f"the regex {pattern!r} matches nothing in a context: give one that matches "
                               f"where sources start, or leave it empty for {grain}s")
@@ -97,6 +110,41 @@ def split_spans(text: str, grain: str = "sentence", pattern: str | None = None) 
     else:
         starts = [0] + [m.start() for m in re.finditer(SENTENCE_START if grain == "sentence" else WORD_START, text)]
     return list(zip(starts, starts[1:] + [len(text)]))
+
+
+def splitting_regex(pattern: str, grain: str = "sentence"):
+    """`pattern` compiled by RE2 (see MAX_PATTERN_PROGRAM), or SourceError saying, in one line, why
+    it is refused (too long, invalid, a feature RE2 lacks, too large) and what to do."""
+    instead = f"or leave it empty for {grain}s"
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise SourceError(f"the splitting regex is {len(pattern):,} characters long; at most {MAX_PATTERN_CHARS}: "
+                          f"shorten it, {instead}")
+    if _SURROGATE.search(pattern):
+        raise SourceError(f"the splitting regex {pattern!r} holds a lone UTF-16 surrogate: remove it, {instead}")
+    try:
+        rx = re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as e:
+        why = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        why = " ".join(why.split())
+        if why.startswith("invalid perl operator: (?<") or why.startswith(("invalid perl operator: (?=",
+                                                                             "invalid perl operator: (?!")):
+            fix = "lookahead and lookbehind are not supported (RE2 syntax): match the text itself"
+        elif why.startswith("invalid escape sequence: \\") and why[-1:].isdigit():
+            fix = "backreferences are not supported (RE2 syntax)"
+        elif why == "invalid escape sequence: \\Z":
+            fix = "RE2 writes the end of the text as \\z"
+        elif why.startswith("pattern too large"):
+            fix = "it is too large to run: use fewer or smaller repetitions"
+        elif why.startswith("invalid repetition size"):
+            fix = f"{why} (a repetition count is at most 1000, nested counts multiplied)"
+        else:
+            fix = f"invalid regex ({why}): fix it"
+        raise SourceError(f"the splitting regex {pattern!r} is refused: {fix}, {instead}") from None
+    size = max(rx.programsize, rx.reverseprogramsize)
+    if size > MAX_PATTERN_PROGRAM:
+        raise SourceError(f"the splitting regex {pattern!r} compiles to {size:,} steps; at most "
+                          f"{MAX_PATTERN_PROGRAM:,}: use fewer or smaller repetitions, {instead}")
+    return rx
 
 
 def make_sources(tokenizer, contexts: Sequence[tuple[str, str]], grain: str = "sentence", pattern: str | None = None,

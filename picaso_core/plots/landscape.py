@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from itertools import product
 
 import plotly.graph_objects as go
 
@@ -86,13 +87,50 @@ def _hover_mark(m: dict) -> str:
     return text
 
 
-def _label_positions(xs: list[float], ys: list[float]) -> list[str]:
-    """Each anchor's label away from the triangle vertically and towards its middle horizontally,
-    so the labels of anchors on the plot's edges stay inside it."""
-    cx, cy = sum(xs) / len(xs), sum(ys) / len(ys)
-    tol = 0.15 * ((max(xs) - min(xs)) or 1.0)
-    return [("top" if y >= cy else "bottom") + " " + ("right" if x < cx - tol else "left" if x > cx + tol else "center")
-            for x, y in zip(xs, ys)]
+LABEL_PX = 6.5, 15  # an anchor label's width per character and its height, at 11 px text
+PLOT_PX = 250  # the narrowest a plane's plot area is drawn (two planes side by side at 800-1280 px)
+
+
+def _label_positions(xs: list[float], ys: list[float], names: list[str] | None = None,
+                     xrange: tuple[float, float] | None = None, yrange: tuple[float, float] | None = None) -> list[str]:
+    """Each anchor's textposition: the labels apart from each other and from the anchors, inside the
+    plot's ranges, away from the triangle's middle where that is free. Two anchors at one height with
+    labels pointing to each other ran into each other (the CASO plane's two orders); so each label's
+    box is estimated (LABEL_PX at PLOT_PX wide: the plot's equal axis scales make it one box per
+    data unit in both directions) and the placement with the least overlap is taken."""
+    names = list(names) if names is not None else ["x" * 8] * len(xs)
+    xrange = xrange or (min(xs), max(xs))
+    yrange = yrange or (min(ys), max(ys))
+    unit = max(xrange[1] - xrange[0], yrange[1] - yrange[0], 1e-9) / PLOT_PX  # data units per pixel
+    cy = sum(ys) / len(ys)
+    r = 7 * unit  # the marker's radius and a gap
+
+    def box(i, pos):
+        v, h = pos.split()
+        w, t = len(names[i]) * LABEL_PX[0] * unit, LABEL_PX[1] * unit
+        x0 = {"center": xs[i] - w / 2, "right": xs[i] + r / 2, "left": xs[i] - r / 2 - w}[h]
+        y0 = ys[i] + r if v == "top" else ys[i] - r - t
+        return x0, y0, x0 + w, y0 + t
+
+    def overlap(a, b):
+        return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+    def outside(b):
+        return (max(0.0, xrange[0] - b[0]) + max(0.0, b[2] - xrange[1])) * (b[3] - b[1]) + \
+            (max(0.0, yrange[0] - b[1]) + max(0.0, b[3] - yrange[1])) * (b[2] - b[0])
+
+    options = [f"{v} {h}" for v in ("top", "bottom") for h in ("center", "right", "left")]
+    dots = [(x - r, y - r, x + r, y + r) for x, y in zip(xs, ys)]
+
+    def cost(choice):
+        boxes = [box(i, pos) for i, pos in enumerate(choice)]
+        clash = sum(overlap(a, b) for k, a in enumerate(boxes) for b in boxes[k + 1:])
+        clash += sum(overlap(b, d) for k, b in enumerate(boxes) for j, d in enumerate(dots) if j != k)
+        inward = sum(1 for i, pos in enumerate(choice) if (pos.startswith("top")) != (ys[i] >= cy))
+        off_centre = sum(1 for pos in choice if not pos.endswith("center"))
+        return (clash + sum(outside(b) for b in boxes)) / unit ** 2 + 40 * inward + 5 * off_centre
+
+    return list(min(product(options, repeat=len(xs)), key=cost))
 
 
 def plane_figure(p: dict, title: str, view: str = "contour", scale: dict | None = None,
@@ -124,7 +162,8 @@ def plane_figure(p: dict, title: str, view: str = "contour", scale: dict | None 
                                  hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(
             x=ax[:3], y=ay[:3], mode="markers+text", text=list(p["anchor_names"]),
-            textposition=_label_positions(ax[:3], ay[:3]), cliponaxis=False,
+            textposition=_label_positions(ax[:3], ay[:3], p["anchor_names"], (xs[0], xs[-1]), (ys[0], ys[-1])),
+            cliponaxis=False,
             textfont=dict(color="white", size=11), marker=dict(size=10, color="white", line=dict(color="black", width=1.5)),
             name="anchors", hovertext=anchor_hover, hoverinfo="text"))
         for m in p["marks"]:

@@ -69,11 +69,17 @@ def front_matter(kind: str) -> str:
     return f"---\n{body}---\n"
 
 
-def readme(kind: str, app_url: str | None = None) -> str:
-    """The prepared Space's README.md: its card, then what it is and what it costs."""
+def readme(kind: str, app_url: str | None = None, store: bool = False) -> str:
+    """The prepared Space's README.md: its card, then what it is, what ships in it and what it costs.
+    store: (zerogpu) whether `prepare --store` shipped a prebuilt state store in OUT/store; the
+    card says what was written, not what could have been."""
+    states = ("Its states ship in `store/`, a prebuilt state store (`prepare --store`) that the Space serves as it is."
+              if store else
+              "No states ship with it: when the Space starts, its CPU encodes every context's state (the demo's 837: "
+              "~40 s on 2 cores) and the guided tour's results, and keeps them on its disk (space_app.py).")
     what = {
         "zerogpu": "The app on ZeroGPU: the model is placed on the GPU that ZeroGPU lends each model-bound "
-                   "click (`@spaces.GPU`, picaso_core/ui/server/gpu.py), with the demo's states shipped in `store/`.",
+                   f"click (`@spaces.GPU`, picaso_core/ui/server/gpu.py). {states}",
         "docker": "The app in its Docker image (`Dockerfile`): the CPU build of torch, or a GPU build through "
                   "the `TORCH_INDEX_URL` and `PICASO_DEVICE` variables, the demo's states encoded at build time.",
         "static": "The app's guided tour, exported as pages: each step with the results the app gave."

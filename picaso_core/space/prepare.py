@@ -124,7 +124,7 @@ def prepare(kind: str, out: str | Path, *, store: str | Path | None = None, app_
         (out / LAUNCHER).write_text(LAUNCHER_TEXT)
         if store is not None:
             shutil.copytree(store, out / "store", ignore=SKIP, dirs_exist_ok=True)
-    (out / "README.md").write_text(readme(kind, app_url), encoding="utf-8")
+    (out / "README.md").write_text(readme(kind, app_url, store=store is not None), encoding="utf-8")  # what shipped
     return out
 
 

@@ -37,17 +37,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from picaso_core.store.format import (DAMAGED, FORMAT, META_FILE, SHARD_BYTES, StoreError, _sha256, check_dtype, is_url,
-                                      move_aside, parse_index, save_shard, shard_tensors, share_mode,
-                                      tqdm_progress)
+from picaso_core.store.format import (DAMAGED, FORMAT, META_FILE, SHARD_BYTES, SIDECAR, StoreError, _sha256,
+                                      check_dtype, index_sidecar, is_url, move_aside, parse_index, save_shard,
+                                      shard_tensors, share_mode, sidecar, text_hash, tqdm_progress)
+from picaso_core.store.writer import READ_ONLY_ERRNOS
 
 # the separator the demo model saw between contexts: the app's and the experiments' CONTEXT_SUFFIX
 DEFAULT_SUFFIX = "\n\n"
-SIDECAR = ".json"  # shard-<worker>-<hash>.safetensors + shard-<worker>-<hash>.safetensors.json
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _fs(out: str):
@@ -121,9 +117,8 @@ class ShardEncoder:
         tmp = scratch / f"{name}.{os.getpid()}.tmp"
         save_shard(tensors, tmp, {"format": FORMAT, "fingerprint": fp, "dtype": self.dtype, "worker": self.worker})
         share_mode(tmp)
-        rec = {"file": name, "sha256": _sha256(tmp), "nbytes": tmp.stat().st_size, "ids": ids,
-               "num_tokens": [len(t) for t in token_ids], "texts": [text_hash(t) for t in texts],
-               "fingerprint": fp, "dtype": self.dtype, "worker": self.worker}
+        rec = sidecar(name, _sha256(tmp), tmp.stat().st_size, ids, [len(t) for t in token_ids], texts, fp, self.dtype,
+                      self.worker)
         _put(self.fs, tmp, f"{self.root}/{name}")
         side = scratch / f"{name}{SIDECAR}.{os.getpid()}.tmp"
         side.write_text(json.dumps(rec))
@@ -215,6 +210,32 @@ def _report_damage(bad: dict[str, tuple[str, dict]], out: str, moved: bool) -> N
     print("; ".join(parts) + where, file=sys.stderr)
 
 
+def restore_sidecars(fs, root: str, out: str, meta: dict, files: list[str], say=None) -> list[str]:
+    """Write the missing sidecars of the whole shards `files` from store.json (nothing is encoded:
+    the index records all a sidecar says); one line through `say` (default: on stderr). Returns the
+    sidecars written. A store this account cannot write keeps serving without them: the line says so."""
+    say = say or (lambda line: print(line, file=sys.stderr))
+    by_file, entries = {s["file"]: s for s in meta["shards"]}, {c["id"]: c for c in meta["contexts"]}
+    todo = [(f, rec) for f in files if (rec := index_sidecar(meta, by_file[f], entries)) is not None]
+    written = []
+    try:
+        for f, rec in todo:
+            tmp = _scratch(fs, root) / f"{f}{SIDECAR}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(rec))
+            share_mode(tmp)
+            _put(fs, tmp, f"{root}/{f}{SIDECAR}")
+            written.append(f + SIDECAR)
+    except OSError as e:
+        if e.errno not in READ_ONLY_ERRNOS:
+            raise
+        say(f"{len(todo) - len(written)} shards at {out} have no sidecar and the folder cannot be written "
+            f"({e.strerror}); the store serves without them")
+    if written:
+        say(f"{len(written)} missing sidecars written from {META_FILE} at {out} ({', '.join(written)}); "
+            "no context encoded")
+    return written
+
+
 def plan(model, contexts: list[tuple[str, str]], out: str, dtype: str, suffix: str, verify: bool = False,
          rebuild_index: bool = False) -> tuple[dict | None, list, list]:
     """What is already built at `out`: (store.json or None, complete shard records, contexts to encode).
@@ -248,6 +269,8 @@ def plan(model, contexts: list[tuple[str, str]], out: str, dtype: str, suffix: s
         _aside(fs, root, [n for f in bad for n in (f, f + SIDECAR)])
         _report_damage(bad, out, moved=True)
     if meta:
+        restore_sidecars(fs, root, out, meta, [s["file"] for s in meta["shards"]
+                                               if s["file"] not in bad and s["file"] + SIDECAR not in sizes])
         gone = {i for i, s in enumerate(meta["shards"]) if s["file"] in bad}
         for c in meta["contexts"]:
             if c["shard"] in gone:

@@ -16,32 +16,36 @@ import errno
 import sys
 from typing import Sequence
 
-from picaso_core.data import CorpusError, limit_corpus, load_corpus
-from picaso_core.data.hub import HubError
-from picaso_core.store import verify
-from picaso_core.store.build import __doc__ as BUILD_DOC, build_store
-from picaso_core.store.format import DAMAGED, META_FILE, StoreError
+from picaso_core.data import CorpusError, limit_corpus, load_corpus  # torch-free
+from picaso_core.defaults import count
+
+# The store's modules import torch: each command imports them after its arguments are read, so that
+# `--help` and a bad value answer at once. What the help says of the on-disk format (format.py's
+# META_FILE, DAMAGED) is written out here for the same reason.
+META_FILE, DAMAGED = "store.json", "damaged"
+BUILD_DOC = "Build a StateStore from a corpus, on this machine or on a Ray cluster (paper sec. 3.2)."
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m picaso_core.store", description="Build, check and repair a state store.")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="encode a corpus's contexts into a state store (resumable)",
-                       description=BUILD_DOC.split("\n\n")[0])
+                       description=BUILD_DOC)
     b.add_argument("--model", default="demo", help="'demo', a checkpoint folder, or a hub id")
     b.add_argument("--corpus", default="demo", help="demo | wikitext | msmarco | a .jsonl file")
     b.add_argument("--split", default="test")
     b.add_argument("--out", required=True, help="the store's folder or fsspec URL (s3://, gs://, hf://, file://)")
     b.add_argument("--engine", choices=("local", "ray"), default="local")
-    b.add_argument("--workers", type=int, default=None,
+    b.add_argument("--workers", type=count(1), default=None,
                    help="Ray actors (default: the cluster's GPUs, else 2); each loads the model once")
     b.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
                    help="precision of the stored ssm and conv states (decays stay float32)")
     b.add_argument("--address", default=None, help="an existing Ray cluster ('auto', 'ray://head:10001'); "
                    "default: start a local Ray runtime")
-    b.add_argument("--max-contexts", type=int, default=None,
+    b.add_argument("--max-contexts", type=count(1), default=None,
                    help="only the contexts the app keeps with the same --max-contexts")
-    b.add_argument("--shard-size", type=int, default=None, help="contexts per shard (default: ~64 MiB of states)")
-    b.add_argument("--batch-size", type=int, default=16, help="contexts per forward pass")
+    b.add_argument("--shard-size", type=count(1), default=None, help="contexts per shard (default: ~64 MiB of states)")
+    b.add_argument("--batch-size", type=count(1), default=16, help="contexts per forward pass")
     b.add_argument("--device", default=None, help="the local engine's device (cpu, cuda)")
     b.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
                    help="hash the shards already there against their sha256 and re-encode damaged ones "
@@ -59,9 +63,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """The CLI: every known fault is one `error: ...` line naming the fix, exit code 1."""
     args = parse_args(argv)
+    # the store's modules (torch) after the arguments: --help and a bad value answer without them
+    from picaso_core.data.hub import HubError
+    from picaso_core.store import verify
+    from picaso_core.store.format import StoreError
+
     try:
         if args.command != "build":
             return verify.check_cli(args.folder) if args.command == "check" else \
@@ -78,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 def _build_cli(args: argparse.Namespace) -> dict:
     from picaso_core.engine.loading import load_model  # after the arguments: --help answers without engine.model
+    from picaso_core.store.build import build_store
 
     try:
         model = load_model(args.model, device=args.device)

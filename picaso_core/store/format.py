@@ -21,6 +21,7 @@ from picaso_core.engine.state import ContextState
 FORMAT = "picaso-state-store/1"
 META_FILE = "store.json"
 DAMAGED = "damaged"  # the sub-folder bad shards, sidecars and indexes are moved into, never read again
+SIDECAR = ".json"  # shard-X.safetensors + shard-X.safetensors.json: what store.json says of that shard
 SHARD_BYTES = 64 * 2**20  # shard size target: the first read of a shard hashes it whole (~0.1 s)
 CACHE_BYTES = 512 * 2**20  # default bound of the in-memory LRU cache
 
@@ -54,6 +55,38 @@ def shard_tensors(cids: Sequence[str], states: Sequence[ContextState], shapes: d
                                      f"its range); store it as bfloat16 or float32")
             tensors[k] = t.contiguous()
     return tensors
+
+
+def text_hash(text: str) -> str:
+    """The digest of a context's text a sidecar records (a rerun refuses a text changed under its id)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def sidecar(file: str, sha256: str, nbytes: int, ids: Sequence[str], num_tokens: Sequence[int],
+            texts: Sequence[str], fingerprint: str, dtype: str, worker: str = "") -> dict:
+    """A shard's sidecar: what store.json records of it and of its contexts, so a lost or unreadable
+    index is rebuilt from the sidecars without encoding anything (`build --rebuild-index`)."""
+    return {"file": file, "sha256": sha256, "nbytes": int(nbytes), "ids": list(ids),
+            "num_tokens": [int(n) for n in num_tokens], "texts": [text_hash(t) for t in texts],
+            "fingerprint": fingerprint, "dtype": dtype, "worker": worker}
+
+
+def index_sidecar(meta: dict, shard: dict, entries: dict | None = None) -> dict | None:
+    """The sidecar of one shard of store.json (`meta`), from what the index records: no shard is
+    read, nothing encoded. None if the index lacks one of its contexts (it cannot say their texts).
+    entries: meta's contexts by id, where the caller has them."""
+    entries = entries if entries is not None else {c["id"]: c for c in meta["contexts"]}
+    if not all(cid in entries for cid in shard["ids"]):
+        return None
+    got = [entries[cid] for cid in shard["ids"]]
+    return sidecar(shard["file"], shard["sha256"], shard["nbytes"], shard["ids"], [e["num_tokens"] for e in got],
+                   [e["text"] for e in got], meta["model"]["fingerprint"], meta.get("dtype", "float32"),
+                   shard.get("worker") or "")
+
+
+def missing_sidecars(folder: Path, meta: dict) -> list[str]:
+    """The shard files of a local store's index that have no sidecar beside them."""
+    return [s["file"] for s in meta["shards"] if not (Path(folder) / (s["file"] + SIDECAR)).is_file()]
 
 
 class StoreError(ValueError):

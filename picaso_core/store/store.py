@@ -9,10 +9,13 @@ Layout of a store folder:
                                token count, shard)
     shard-00000.safetensors    the states of up to `shard_size` contexts, tensors named
                                "<id>/ssm", "<id>/conv", "<id>/log_decay" (ContextState.to_tensors)
+    shard-00000.safetensors.json  its sidecar: what store.json says of the shard and its contexts
+                               (ids, token counts, text digests, sha256, fingerprint, dtype), so a
+                               lost index is rebuilt from the sidecars without encoding
     embeddings/                the retriever's sentence embeddings (picaso_core.retrieval)
 A store built by several workers (picaso_core.store.build) has shards named
-shard-<worker>-<hash of its ids>.safetensors, each with a <shard>.json sidecar (its ids, token
-counts, sha256, fingerprint, dtype) that the build's final index step gathers into store.json.
+shard-<worker>-<hash of its ids>.safetensors; the build's final index step gathers their sidecars
+into store.json.
 
 States may be stored in float32, float16 or bfloat16 (`dtype`, fixed per store): `ssm` and
 `conv` are cast, `log_decay` stays float32 because composition multiplies decays over many
@@ -302,6 +305,36 @@ class StateStore(StoreWriter):
         with self._lock:
             return {self._shards[i].file: why for i, why in sorted(self._bad.items())}
 
+    def unservable(self, ids: Iterable[str], probe: bool = True) -> dict[str, str]:
+        """id -> "damaged" or "missing", for those of `ids` this store cannot serve: on a read-only store,
+        contexts in a shard found damaged and contexts it lacks. A writable store serves every id (it
+        repairs a damaged shard and encodes a missing context on use): {}. With `probe`, the shards of
+        `ids` not checked yet are checked now (size and sha256, once per shard per process, as their
+        first read would), so retrieval passes over a flipped byte before it picks those contexts;
+        no other shard is read."""
+        if not self._read_only:
+            return {}
+        out = {}
+        with self._lock:
+            for cid in ids:
+                if cid not in self._contexts:
+                    out[cid] = "missing"
+                    continue
+                si = self._contexts[cid]["shard"]
+                if probe and si not in self._bad and si not in self._verified:
+                    try:
+                        self._ensure_good(si)
+                    except CorruptShardError:
+                        pass
+                if si in self._bad:
+                    out[cid] = "damaged"
+        return out
+
+    def damaged_ids(self) -> set[str]:
+        """The ids of a read-only store's shards found damaged so far (a writable store repairs them)."""
+        with self._lock:
+            return {cid for i in self._bad for cid in self._shards[i].ids} if self._read_only else set()
+
     def _local_path(self, sh: _Shard) -> Path:
         if self._remote is None:
             return self.folder / sh.file
@@ -399,13 +432,16 @@ def heal(store: StateStore, log, verify: bool = False) -> None:
         return
     listed = "; ".join(f"{f}: {why}" for f, why in bad.items())
     if store.read_only:
-        log(f"warning: {store.url}: {len(bad)} damaged shards ({listed}); their contexts are refused until "
-            f"`python -m picaso_core.store repair {store.url}` is run by the store's owner; the rest serve")
+        log(f"warning: {store.url}: {len(bad)} damaged shards ({listed}); retrieval passes over their contexts and "
+            f"a request that picks one is refused until `python -m picaso_core.store repair {store.url}` is run by "
+            "the store's owner; the rest serve")
         return
+    # counted before the repair: it replaces the shard list it would otherwise be read from
+    held = {s.file: len(s.ids) for s in store._shards}
     fixed = store.repair(progress=False)
     if not fixed:  # another request repaired them while this one waited for the write lock
         return
-    n = sum(len(s.ids) for s in store._shards if s.file in fixed)
+    n = sum(held.get(f, 0) for f in fixed)
     listed = "; ".join(f"{f}: {bad.get(f) or store.damaged.get(f, 'damaged')}" for f in fixed)
     log(f"{store.url}: repaired {len(fixed)} damaged shards ({listed}): their {n} contexts re-encoded from their "
         f"stored text; the bad files were moved to {Path(store.folder) / DAMAGED}/")

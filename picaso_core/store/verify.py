@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from picaso_core.store.format import DAMAGED, META_FILE, StoreError, _sha256, is_url, parse_index, tqdm_progress
+from picaso_core.store.build import _fs, restore_sidecars
+from picaso_core.store.format import (DAMAGED, META_FILE, SIDECAR, StoreError, _sha256, is_url, missing_sidecars,
+                                      parse_index, tqdm_progress)
 from picaso_core.store.store import StateStore, missing_index
 
 BUILD_HINT = "python -m picaso_core.store build --model MODEL --corpus CORPUS --out {folder}"
@@ -59,6 +61,13 @@ def check_cli(folder: str | Path) -> dict:
         listed = "; ".join(f"{f}: {why}" for f, why in bad.items())
         raise StoreError(f"{folder}: {len(bad)} of {m} shards damaged ({listed}); the other shards are usable. "
                          f"Fix: `python -m picaso_core.store repair {folder}`")
+    lost = missing_sidecars(folder, meta)
+    if lost:
+        names = ", ".join(f + SIDECAR for f in lost[:5]) + (" …" if len(lost) > 5 else "")
+        raise StoreError(f"{folder}: {len(lost)} of {m} shards have no sidecar ({names}); the shards are whole, but a "
+                         f"lost {META_FILE} could not be rebuilt from the sidecars without encoding their contexts "
+                         f"again. Fix: `python -m picaso_core.store repair {folder}` (writes them from {META_FILE}, "
+                         "encodes nothing), or rerun the store's build")
     size = sum(s["nbytes"] for s in meta["shards"]) / 2**20
     print(f"{folder}: {n} contexts in {m} shards ({size:.1f} MiB); every size and sha256 matches {META_FILE}")
     return {"contexts": n, "shards": m, "damaged": {}}
@@ -70,9 +79,13 @@ def repair_cli(folder: str | Path, model_name: str | None = None, device: str | 
 
     folder, meta = read_index(folder)
     bad = damaged_shards(folder, meta)
+    # sidecars of whole shards are written from the index (no model); a damaged shard's come with its repair
+    lost = [f for f in missing_sidecars(folder, meta) if f not in bad]
+    sidecars = restore_sidecars(*_fs(folder), str(folder), meta, lost, say=print) if lost else []
     if not bad:
-        print(f"{folder}: nothing to repair; every size and sha256 matches {META_FILE}")
-        return {"repaired": []}
+        if not sidecars:
+            print(f"{folder}: nothing to repair; every size and sha256 matches {META_FILE}")
+        return {"repaired": [], "sidecars": sidecars}
     name = model_name or meta["model"].get("name") or "demo"
     try:
         model = load_model(name, device=device)
@@ -81,7 +94,7 @@ def repair_cli(folder: str | Path, model_name: str | None = None, device: str | 
     model.name_or_path = name
     store = StateStore.open(folder, model)
     fixed = store.repair(progress=tqdm_progress("re-encoding damaged shards"))
-    n = sum(len(s["ids"]) for s in meta["shards"] if s["file"] in fixed)
+    n = sum(len(s["ids"]) for s in meta["shards"] if s["file"] in fixed)  # the index as read before the repair
     print(f"{folder}: repaired {len(fixed)} damaged shards ({', '.join(fixed)}): their {n} contexts re-encoded from "
           f"their stored text; the bad files were moved to {folder / DAMAGED}/")
-    return {"repaired": fixed}
+    return {"repaired": fixed, "contexts": n, "sidecars": sidecars}

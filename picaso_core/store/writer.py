@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from picaso_core.engine.state import ContextState
-from picaso_core.store.format import (FORMAT, META_FILE, SHARD_BYTES, Progress, StoreError, _atomic_write_text, _sha256,
-                                      check_dtype, move_aside, save_shard, shard_tensors, share_mode,
+from picaso_core.store.format import (FORMAT, META_FILE, SHARD_BYTES, SIDECAR, Progress, StoreError, _atomic_write_text,
+                                      _sha256, check_dtype, move_aside, save_shard, shard_tensors, share_mode, sidecar,
                                       tqdm_progress)
 
 # what a write into a read-only mount, or into another account's folder, fails with
@@ -117,7 +117,7 @@ class StoreWriter:
                     progress(base + i, len(items))
 
             states = self.model.encode_contexts([token_ids[c] for c in chunk], batch_size=batch_size, progress=sub)
-            si = self._write_shard(chunk, states)
+            si = self._write_shard(chunk, states, texts=[new_entries[c]["text"] for c in chunk])
             for cid in chunk:
                 new_entries[cid]["shard"] = si
             done += len(chunk)
@@ -129,16 +129,35 @@ class StoreWriter:
             self._save_meta()
         return [cid for cid, _ in items]
 
-    def _write_shard(self, cids: list[str], states: list[ContextState], index: int | None = None) -> int:
+    def _write_shard(self, cids: list[str], states: list[ContextState], index: int | None = None,
+                     texts: list[str] | None = None) -> int:
+        """Write one shard, then its sidecar (as a build does: a lost store.json is rebuilt from the
+        sidecars without encoding), and list it at `index` (a new one: at the end). A repaired shard
+        keeps its file name; a new one gets shard-<index> unless the index lists that name already
+        (a build may have dropped shards before it). texts: the contexts' texts where the index
+        does not hold them yet (default: the index's); a shard whose texts are unknown gets no sidecar."""
         tensors = shard_tensors(cids, states, self.model.config.state_shapes(), self.dtype)
-        index = len(self._shards) if index is None else index
-        name = f"shard-{index:05d}.safetensors"
+        taken = {s.file for s in self._shards}
+        if index is None:
+            index, n = len(self._shards), 0
+            name = f"shard-{index:05d}.safetensors"
+            while name in taken:
+                n += 1
+                name = f"shard-{index:05d}-{n}.safetensors"
+        else:
+            name = self._shards[index].file
         path = self.folder / name
         tmp = path.with_name(name + ".tmp")
         save_shard(tensors, tmp, {"format": FORMAT, "fingerprint": self.fingerprint, "dtype": self.dtype})
         share_mode(tmp)
         os.replace(tmp, path)
         shard = _Shard(file=name, sha256=_sha256(path), nbytes=path.stat().st_size, ids=list(cids))
+        if texts is None and all(c in self._contexts for c in cids):
+            texts = [self._contexts[c]["text"] for c in cids]
+        if texts is not None:  # last: a sidecar means its shard is whole
+            rec = sidecar(name, shard.sha256, shard.nbytes, cids, [int(st.num_tokens) for st in states], texts,
+                          self.fingerprint, self.dtype)
+            _atomic_write_text(self.folder / (name + SIDECAR), json.dumps(rec))
         with self._lock:
             if index == len(self._shards):
                 self._shards.append(shard)

@@ -6,12 +6,18 @@ and its own input checks (a Dropdown value not among the choices, a Slider value
 number) answer with messages that list every choice or name internal component indices. So the
 tabs' API events run with preprocess=False, check their raw inputs with the helpers here, and
 reject bad input with `bad_input`: the message names the fix, the log gets one line.
+
+Every text a visitor sends is `normalise`d before it reaches a tokenizer (`text` and `id_list` do
+it): a lone UTF-16 surrogate (JSON "\\ud800") made the tokenizer raise "TextInputSequence must be
+str" with a 38-line traceback. A call with the wrong number of input values is answered in one line
+by the app (`check_input_count`, below), not by Gradio's message naming its components.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 
 import gradio as gr
 
@@ -25,9 +31,23 @@ log = logging.getLogger("picaso_explorer")
 # every text box. A tab passes a smaller cap where its text is one line (a k list, a query line).
 MAX_CHARS = 4000
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# control characters (C0 but tab and newline, DEL, C1) are dropped; a carriage return becomes a newline
+_CONTROL = {c: None for c in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0))}
+
+
+def normalise(value: str) -> str:
+    """`value` as a tokenizer takes it: each lone UTF-16 surrogate replaced by U+FFFD, "\\r\\n" and
+    "\\r" read as "\\n", every other control character but tab and newline removed."""
+    if value.isascii() and value.isprintable():
+        return value  # the common case, at no cost
+    value = _SURROGATE.sub("\ufffd", value.replace("\r\n", "\n").replace("\r", "\n"))
+    return value.translate(_CONTROL)
+
 
 def bad_input(message: str, endpoint: str = "") -> gr.Error:
     """The gr.Error to raise for a rejected input; logs ONE line (no traceback) as it is made."""
+    message = normalise(message)  # a visitor's text quoted in it must not break the log or the JSON reply
     log.warning("rejected input%s: %s", f" to {endpoint}" if endpoint else "", message)
     return gr.Error(message, print_exception=False)
 
@@ -66,8 +86,8 @@ def flag(name: str, value, endpoint: str = "") -> bool:
 
 
 def text(name: str, value, endpoint: str = "", max_chars: int = MAX_CHARS) -> str:
-    """A text input: None reads as ""; anything but a string, or a string longer than `max_chars`,
-    is refused."""
+    """A text input, `normalise`d: None reads as ""; anything but a string, or a string longer than
+    `max_chars`, is refused."""
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -75,7 +95,7 @@ def text(name: str, value, endpoint: str = "", max_chars: int = MAX_CHARS) -> st
     if len(value) > max_chars:
         raise bad_input(f"{name} is {len(value):,} characters long; this app takes at most {max_chars:,}. "
                         "Shorten it.", endpoint)
-    return value
+    return normalise(value)
 
 
 def choice(name: str, value, choices, endpoint: str = ""):
@@ -89,17 +109,37 @@ def choice(name: str, value, choices, endpoint: str = ""):
 
 
 def id_list(name: str, value, endpoint: str = "", max_items: int = 1000) -> list[str]:
-    """A multiselect of ids: None reads as [], one id as [id]; anything else must be a list of
-    strings, at most `max_items` of them."""
+    """A multiselect of ids, each `normalise`d: None reads as [], one id as [id]; anything else must
+    be a list of strings, at most `max_items` of them."""
     if value is None:
         return []
     if isinstance(value, str):
-        return [value]
+        return [normalise(value)]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise bad_input(f"{name} must be a list of ids, got {_short(value)}", endpoint)
     if len(value) > max_items:
         raise bad_input(f"{name} holds {len(value):,} ids; at most {max_items:,} here", endpoint)
-    return list(value)
+    return [normalise(v) for v in value]
+
+
+def check_input_count(blocks: gr.Blocks, block_fn, inputs: list) -> None:
+    """Blocks.validate_inputs, answering a call with too few or too many input values (`data=[]`)
+    in one line that names the endpoint and the count it takes. Gradio's own check raises a
+    ValueError naming its components (`[<gradio.components.textbox.Textbox object at 0x...>, ...]`),
+    printed with a traceback, and ignores extra values. Installed on gr.Blocks below, as the one
+    hook every event passes (queued or not, named or hidden) before any handler runs."""
+    if len(inputs) != len(block_fn.inputs):
+        takes = sum(not getattr(b, "skip_api", False) for b in block_fn.inputs)  # gr.State is not sent
+        name = block_fn.api_name if isinstance(block_fn.api_name, str) else block_fn.name
+        raise bad_input(f"/{name} takes {takes} input value{'s' * (takes != 1)}, got {len(inputs)}: send one per "
+                        "parameter, in order (gradio_client's predict fills in those left out)")
+    _gradio_validate_inputs(blocks, block_fn, inputs)
+
+
+# every Blocks of the app answers a wrong input count in one line (the tabs import this module)
+_gradio_validate_inputs = getattr(gr.Blocks.validate_inputs, "gradio_own", gr.Blocks.validate_inputs)  # reload-safe
+check_input_count.gradio_own = _gradio_validate_inputs
+gr.Blocks.validate_inputs = check_input_count
 
 
 def clip(text: str, n: int) -> str:

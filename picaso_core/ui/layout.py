@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import gradio as gr
 import plotly.io as pio
 
 from picaso_core.session import Resources
-from picaso_core.ui.server.serving import LIGHT
+from picaso_core.ui.server.serving import LIGHT, POOL
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,26 @@ def page_loads(demo: gr.Blocks, loads) -> None:
     """Register the tabs' PageLoad events on the page (inside `with demo:`), each light and private."""
     for load in loads or ():
         demo.load(load.fn, load.inputs, load.outputs, api_visibility="private", **LIGHT)
+
+
+def defer_loads(demo: gr.Blocks, after) -> int:
+    """Make the page-load events that draw plots or take a model worker run after `after` (the event
+    that draws a link's figure and resolves once it is drawn: tour.controls.wire's gate), so that
+    a `?step=N` or copied link is the page's first and only work. Gradio sends every load event at
+    once: the link's figure waited for ~800 kB of other tabs' results and for their model work
+    (docs/tour.md, "Link timings"). The light ones that fill text boxes stay with the page's load,
+    as the link's own events expect. Returns how many moved."""
+    gate = root = after["id"] if isinstance(after, dict) else after
+    while demo.fns[root].trigger_after is not None:  # the link's own load event, which starts the chain
+        root = demo.fns[root].trigger_after
+    moved = 0
+    for fn in demo.fns.values():
+        if [event for _, event in fn.targets] != ["load"] or fn._id == root:
+            continue
+        if fn.concurrency_id == POOL or any(isinstance(o, gr.Plot) for o in fn.outputs):
+            fn.targets, fn.trigger_after, fn.trigger_only_on_success = [], gate, False  # what .then() makes
+            moved += 1
+    return moved
 
 THEME = gr.themes.Soft(primary_hue="orange", secondary_hue="blue", neutral_hue="slate")
 
@@ -70,6 +91,30 @@ body.px-large .gradio-container {--text-xxs:12px; --text-xs:14px; --text-sm:16px
   --button-large-text-size:20px; --prose-text-size:19px; --section-header-text-size:19px}
 body.px-large .gradio-container .prose {font-size:19px}
 .block:fullscreen {background:var(--body-background-fill); overflow:auto; padding:12px}
+/* plotly's toolbar in a strip of its own above each figure (28 px, layout.JS's STRIP): never over a title or legend */
+.js-plotly-plot .plot-container .svg-container {margin-top:28px}
+.js-plotly-plot .modebar-container {top:-28px !important}
+/* #px-head holds the header, the controls and the tour bar, one per line; in talk mode (body.px-talkmode:
+   the tour on screen or ?talk=1) the header folds to one line, the title and the model beside the controls */
+#px-head {flex-wrap:wrap; align-items:center; gap:4px 14px}
+#px-head > * {flex:1 1 100% !important; min-width:0 !important}
+#px-title h1 {margin-bottom:0.2em}
+body.px-talkmode #px-head > #px-header {flex:1 1 0 !important; flex-direction:row; flex-wrap:nowrap;
+  align-items:baseline; gap:14px}
+body.px-talkmode #px-head > #px-talk {flex:0 0 600px !important; width:600px !important; flex-wrap:nowrap}
+body.px-talkmode #px-talk > #copy-link-url {width:170px !important}
+body.px-talkmode #large-text label {white-space:nowrap}
+body.px-talkmode #px-intro, body.px-talkmode #px-flow, body.px-talkmode #px-status small,
+  body.px-talkmode #px-status br {display:none !important}
+body.px-talkmode #px-title, body.px-talkmode #px-talk > * {flex:0 0 auto !important; width:auto !important}
+body.px-talkmode #px-title h1 {font-size:1.35em; margin:0; white-space:nowrap}
+body.px-talkmode #px-status {flex:1 1 auto; width:auto !important; min-width:0; overflow:hidden; white-space:nowrap;
+  text-overflow:ellipsis; font-size:0.85em}
+body.px-talkmode #px-status * {display:inline; margin:0; overflow:hidden !important}
+body.px-talkmode .gradio-container {padding-top:4px !important}
+body.px-talkmode #tour-text p {margin:0.2em 0}
+/* a long step text scrolls in its own box, not the figure off the screen (Large text at 1280x720) */
+body.px-talkmode #tour-text {max-height:24vh; overflow-y:auto}
 """
 
 # Run on page load (launch(js=...)): a new run closes the toasts of the last one, so an error toast
@@ -96,6 +141,41 @@ JS = """
     const b = document.getElementById(e.key === 'ArrowRight' ? 'tour-next' : 'tour-prev');
     if (b) { e.preventDefault(); b.click(); }
   });
+  // Talk mode (the tour bar on screen, or ?talk=1): the header folds to one line (CSS: body.px-talkmode),
+  // a step's figures are fitted to the screen's height and the page scrolls to the step.
+  const TALK = ['1', 'true'].includes(new URLSearchParams(location.search).get('talk'));
+  const PLOTLY_CHUNK = __PLOTLY_CHUNK__, STAGE_MIN = 240, STRIP = 28;  // STRIP: the toolbar's, above a figure (CSS)
+  const touring = () => {
+    const b = document.getElementById('tour-bar');
+    return !!b && !b.classList.contains('px-off');
+  };
+  const talk = () => TALK || touring();
+  const room = (gd) => {  // the height left under the step's title and text, the bar at the screen's top
+    const bar = document.getElementById('tour-bar');
+    const above = gd.getBoundingClientRect().top - bar.getBoundingClientRect().top;
+    return Math.max(STAGE_MIN, Math.floor(window.innerHeight - above - STRIP - 14));
+  };
+  const stage = () => {
+    document.body.classList.toggle('px-talkmode', talk());
+    if (!touring() || !plotly || document.fullscreenElement) return;
+    const bar = document.getElementById('tour-bar');
+    const figs = [...bar.querySelectorAll('.js-plotly-plot')].filter((g) => g.offsetParent && g._fullLayout);
+    if (!figs.length) return;
+    Promise.all(figs.map((g) => {  // drawn again from its own layout where the room changed (text size, window)
+      const want = Math.min(g.__pxOwnH || g._fullLayout.height, room(g));
+      return g.__px0 && Math.abs(g._fullLayout.height - want) > 1 ? plotly.react(g, g.data, ...g.__px0) : null;
+    })).then(() => {
+      const b = bar.getBoundingClientRect(), bottom = Math.max(...figs.map((g) => g.getBoundingClientRect().bottom));
+      if (b.top < 0 || bottom > window.innerHeight) window.scrollBy({top: b.top - 4, behavior: 'instant'});
+    }, () => {});
+  };
+  // when each plot was last drawn (performance.now(), by its block's id): a link's gate waits for its figure
+  window.__pxDrawn = window.__pxDrawn || {};
+  const drawn = (gd) => {
+    const host = gd && gd.closest ? gd.closest('.block[id]') : null;
+    if (host) window.__pxDrawn[host.id] = performance.now();
+    if (host && host.closest('#tour-bar')) requestAnimationFrame(stage);
+  };
   // Every plotly figure, as Gradio draws it: the dark template on a dark page (?__theme=dark), larger
   // fonts with "Large text", and a full-screen button beside plotly's own (its PNG button stays).
   const DARK = __DARK_TEMPLATE__;
@@ -108,8 +188,18 @@ JS = """
       if (document.fullscreenElement) { document.exitFullscreen(); return; }
       (gd.closest('.block') || gd).requestFullscreen();
     }};
-  const dress = (layout, config) => {
+  const dress = (layout, config, gd) => {
+    const given = layout;
     layout = Object.assign({}, layout || {});
+    if (gd && gd.closest && gd.closest('#tour-bar')) {  // a step's figure: no taller than the screen has room for
+      gd.__px0 = [given, config];
+      const own = gd.__pxOwnH = layout.height || 450, h = talk() ? Math.min(own, room(gd)) : own;
+      const m = layout.margin || {}, lg = layout.legend || {}, inner = (H) => H - (m.t ?? 100) - (m.b ?? 80);
+      if (h < own && lg.y < 0 && lg.yref !== 'container' && inner(h) > 40) {  // a legend below keeps its distance
+        layout.legend = Object.assign({}, lg, {y: lg.y * inner(own) / inner(h)});
+      }
+      if (h < own) layout.height = h;
+    }
     if (isDark()) Object.assign(layout, {template: DARK, paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)'});
     if (large()) layout.font = Object.assign({}, layout.font || {}, {size: 17});
     config = Object.assign({}, config || {});
@@ -121,8 +211,10 @@ JS = """
     for (const name of ['react', 'newPlot']) {
       const orig = P[name];
       P[name] = function (gd, data, layout, config) {
-        const [l, c] = dress(layout, config);
-        return orig.call(this, gd, data, l, c);
+        const [l, c] = dress(layout, config, gd);
+        const out = orig.call(this, gd, data, l, c);
+        Promise.resolve(out).then(() => drawn(gd), () => {});
+        return out;
       };
     }
     P.__px = true;
@@ -153,7 +245,16 @@ JS = """
         plotly.relayout(gd, {'font.size': want || 12});
       }
     });
+    requestAnimationFrame(stage);  // larger text leaves the step's figure less room
   }).observe(document.body, {attributes: true, attributeFilter: ['class']});
+  new MutationObserver((changes) => {
+    if (changes.some((m) => m.target.id === 'tour-bar')) requestAnimationFrame(stage);
+  }).observe(document.documentElement, {attributes: true, attributeFilter: ['class'], subtree: true});
+  window.addEventListener('resize', () => requestAnimationFrame(stage));
+  stage();
+  // plotly.js (Gradio's chunk of it, ~4.6 MB) loads with the page, not once the first figure has arrived
+  const main = document.querySelector('script[type=module][src*="/assets/index-"]');
+  if (PLOTLY_CHUNK && main) import(new URL(PLOTLY_CHUNK, main.src).href).catch(() => {});
 }
 """
 
@@ -165,25 +266,34 @@ def _dark_template() -> str:
     return json.dumps(t, separators=(",", ":"))
 
 
-JS = JS.replace("__DARK_TEMPLATE__", _dark_template())
+def _plotly_chunk() -> str:
+    """The file name of Gradio's plotly.js chunk (assets/PlotlyPlot-<hash>.js), '' where this Gradio has none."""
+    found = sorted((Path(gr.__file__).parent / "templates" / "frontend" / "assets").glob("PlotlyPlot-*.js"))
+    return found[0].name if found else ""
+
+
+JS = JS.replace("__DARK_TEMPLATE__", _dark_template()).replace("__PLOTLY_CHUNK__", json.dumps(_plotly_chunk()))
 
 
 def header(res: Resources) -> None:
-    """Title, the idea in one line and a flow diagram, and what is loaded."""
-    gr.Markdown(
-        "# PICASO Explorer\n"
-        "An SSM reads a context into a fixed-size **state**. Store every context's state once, a "
-        "**database of states**; for a query, retrieve *k* states and **compose** them into one "
-        "(CASO, PICASO: arithmetic on states, no context tokens processed), then **generate** from it. "
-        "Compare with processing the concatenated text (Concat). "
-        "*(PICASO: Permutation-Invariant Context Composition with State Space Models, Liu et al.)*"
-    )
-    steps = ["<b>contexts</b>", "encode once", "<b>state store</b>", "retrieve top-k", "<b>compose</b>", "generate"]
-    gr.HTML('<div class="px-flow">' + '<span class="px-arrow">→</span>'.join(
-        f'<span class="px-step">{s}</span>' for s in steps) + "</div>")
-    # Refreshed on every page load and then on a timer: the store's count grows as requests (from
-    # any tab or user) encode contexts on first use. Neither event is part of the API.
-    status = gr.Markdown(status_md(res), elem_id="px-status")
+    """Title, the idea in one line and a flow diagram, and what is loaded. In talk mode (the tour on
+    screen, or `?talk=1`) the page's CSS folds it to one line with the tour's controls beside it
+    (app.py renders both in one row, #px-head): the title and the model, nothing else."""
+    with gr.Column(elem_id="px-header", min_width=0):
+        gr.Markdown("# PICASO Explorer", elem_id="px-title")
+        gr.Markdown(
+            "An SSM reads a context into a fixed-size **state**. Store every context's state once, a "
+            "**database of states**; for a query, retrieve *k* states and **compose** them into one "
+            "(CASO, PICASO: arithmetic on states, no context tokens processed), then **generate** from it. "
+            "Compare with processing the concatenated text (Concat). "
+            "*(PICASO: Permutation-Invariant Context Composition with State Space Models, Liu et al.)*",
+            elem_id="px-intro")
+        steps = ["<b>contexts</b>", "encode once", "<b>state store</b>", "retrieve top-k", "<b>compose</b>", "generate"]
+        gr.HTML('<div class="px-flow">' + '<span class="px-arrow">→</span>'.join(
+            f'<span class="px-step">{s}</span>' for s in steps) + "</div>", elem_id="px-flow")
+        # Refreshed on every page load and then on a timer: the store's count grows as requests (from
+        # any tab or user) encode contexts on first use. Neither event is part of the API.
+        status = gr.Markdown(status_md(res), elem_id="px-status")
     timer = gr.Timer(STATUS_REFRESH_S)
     gr.on([timer.tick], lambda: status_md(res), None, status, api_visibility="private", concurrency_limit=None,
           show_progress="hidden")

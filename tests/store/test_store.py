@@ -56,7 +56,7 @@ def test_missing_store_and_existing_store_name_the_fix(model, built, tmp_path):
     with pytest.raises(StoreError, match="overwrite=True"):
         StateStore.build(model, CONTEXTS, tmp_path / "store", progress=False)
     rebuilt = StateStore.build(model, CONTEXTS[:2], tmp_path / "store", overwrite=True, progress=False)
-    assert len(rebuilt) == 2 and len(list((tmp_path / "store").glob("shard-*"))) == 1
+    assert len(rebuilt) == 2 and len(list((tmp_path / "store").glob("shard-*.safetensors"))) == 1
     empty = StateStore.build(model, [], tmp_path / "store", overwrite=True, progress=False)
     assert len(empty) == 0 and len(StateStore.open(tmp_path / "store", model)) == 0
 
@@ -101,10 +101,10 @@ def test_loads_are_lazy_and_the_cache_is_bounded(model, built, tmp_path):
 
 def test_add_without_rebuilding_keeps_existing_shards(model, built, tmp_path):
     folder = tmp_path / "store"
-    before = {p.name: p.stat().st_mtime_ns for p in folder.glob("shard-*")}
+    before = {p.name: p.stat().st_mtime_ns for p in folder.glob("shard-*.safetensors")}
     added = built.add([("new1", "A brand new passage."), ("new2", "Another one.")], progress=False)
     assert added == ["new1", "new2"]
-    after = {p.name: p.stat().st_mtime_ns for p in folder.glob("shard-*")}
+    after = {p.name: p.stat().st_mtime_ns for p in folder.glob("shard-*.safetensors")}
     assert {k: after[k] for k in before} == before and len(after) == len(before) + 1
     store = StateStore.open(folder, model)
     assert store.ids[-2:] == ["new1", "new2"] and len(store) == len(CONTEXTS) + 2

@@ -4,12 +4,21 @@
     cli.py       `python -m picaso_core.lab.coffee`: one training run, one JSON line
 Training itself (shared with the app's COFFEE lab tab) is picaso_core/lab/training.py.
 
-The face (docs/api.md lists every name) is eager: it holds model.py's layers and models, which the
-CLI and lab/training.py import anyway; it leaves out cli.py, which imports lab/training.py
-(that would make a circle: training -> lab.coffee -> cli -> training).
+The face (docs/api.md lists every name) is lazy (PEP 562 `__getattr__`): model.py imports torch, and
+`python -m picaso_core.lab.coffee` runs this file first; lazy, its `--help` and a bad value answer
+without torch. It leaves out cli.py, which imports lab/training.py (that would make a circle:
+training -> lab.coffee -> cli -> training).
 """
 
-from picaso_core.lab.coffee.model import (S6, Coffee, DigitsModel, IHModel, coffee_scan, coffee_step, linear_scan,
-                                          n_params)
+from __future__ import annotations
 
-__all__ = ["Coffee", "S6", "IHModel", "DigitsModel", "coffee_step", "coffee_scan", "linear_scan", "n_params"]
+from typing import TYPE_CHECKING
+
+from picaso_core.faces import lazy_face
+
+if TYPE_CHECKING:  # the face's names, for type checkers and tests/test_architecture.py's import graph
+    from picaso_core.lab.coffee.model import S6, Coffee, DigitsModel, IHModel, coffee_scan, coffee_step  # noqa: F401
+    from picaso_core.lab.coffee.model import linear_scan, n_params  # noqa: F401
+
+_FACE = {"model": ("Coffee", "S6", "IHModel", "DigitsModel", "coffee_step", "coffee_scan", "linear_scan", "n_params")}
+__getattr__, __dir__, __all__ = lazy_face(__name__, _FACE)

@@ -10,19 +10,7 @@ import argparse
 import json
 import sys
 
-import torch
-from tqdm import tqdm
-
-from picaso_core.lab.training import (
-    CLI_DEFAULTS,
-    CLI_LR,
-    MODELS,
-    TASKS,
-    LabConfig,
-    applies,
-    summary,
-    train_iter,
-)
+from picaso_core.lab.config import CLI_DEFAULTS, CLI_LR, MODELS, TASKS, LabConfig, applies  # torch-free
 
 WHY_NOT_FLAG = {  # why a flag does not apply, by flag (looked up first)
     "variant": "it picks COFFEE's form on the IH task (S6 has one form; IH0 and the digits use eq. 7)",
@@ -101,11 +89,21 @@ def refuse_unused(a) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     a = parse_args(argv)
-    torch.set_num_threads(max(1, a.threads))
     keys = LabConfig.__dataclass_fields__
-    try:
+    try:  # the settings are checked before the training's imports: a bad one is one line at once
         refuse_unused(a)
         cfg = LabConfig(**{k: v for k, v in vars(a).items() if k in keys}).check()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    # the run's imports (torch), after the arguments: --help and a bad value answer without them
+    import torch
+    from tqdm import tqdm
+
+    from picaso_core.lab.training import summary, train_iter
+
+    torch.set_num_threads(max(1, a.threads))
+    try:
         records = train_iter(cfg)
         first = next(records)
     except ValueError as e:

@@ -5,8 +5,9 @@ Every event of the app is either MODEL (runs in the one shared pool, `concurrenc
 whose size is the queue's default concurrency limit: `--workers`) or LIGHT (no limit: filling a
 text box, a status line, a search). So however many tabs visitors use at once, at most `workers`
 model-bound jobs share the cores. The queue holds at most `--queue-size` waiting events; the next
-one is refused at once (HTTP 503: the browser says the app is busy, gradio_client raises
-QueueError) instead of waiting minutes. Settings: docs/serving.md.
+one is refused at once, before Gradio's route does any work (busy.py: HTTP 503, "busy: N jobs
+ahead, try again in about S s"; the browser says the app is busy, gradio_client raises QueueError)
+instead of waiting minutes. Settings: docs/serving.md.
 """
 
 from __future__ import annotations
@@ -25,54 +26,20 @@ from gradio.components.plot import PlotData
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 
-from picaso_core.analysis.compose_cache import DEFAULT_BUDGET
+from picaso_core import memory
+from picaso_core.store.format import CACHE_BYTES
+from picaso_core.ui.server import jobs
+from picaso_core.ui.server.busy import BUSY, BusyGate, Load  # noqa: F401  (BUSY: serving's API)
 from picaso_core.ui.server.page_config import UNREAD_KEYS, SlimConfig, slim_config  # noqa: F401  (serving's API)
+# the flags' settings and checks, light for app.py's --help: re-exported as serving's API
+from picaso_core.ui.server.settings import (DEFAULT_QUEUE_SIZE, DEFAULT_SESSIONS, DEFAULT_THREADS,  # noqa: F401
+                                            DEFAULT_WORKERS, check, check_cache_mb, settings)
 
 POOL = "model"
 MODEL = dict(concurrency_limit="default", concurrency_id=POOL)  # the shared pool, sized by queue()
 LIGHT = dict(concurrency_limit=None)  # no model work: never waits behind one
-BUSY = "busy, try again in a minute"
-DEFAULT_WORKERS = 2  # 2 cores: see docs/serving.md for the measurement
-DEFAULT_QUEUE_SIZE = 16  # waiting events; at ~0.5 s a job and 2 workers: a few seconds' wait at most
-DEFAULT_SESSIONS = 200  # sessions whose state (history, per-session config) the server keeps
-DEFAULT_THREADS = 0  # torch threads per job; 0: the cores shared out among the workers (see job_threads)
 HISTORY_ROWS = 20  # rows of a session's run history kept
 LIGHT_THREADS = 14  # threads beyond the pool's: light events and Gradio's own sync routes (/info)
-
-
-def settings(env: dict[str, str] | None = None) -> dict:
-    """The serving settings from the environment (app.py's flags override them)."""
-    env = dict(os.environ if env is None else env)
-
-    def read(name: str, kind, default):
-        try:
-            return kind(env.get(name) or default)
-        except ValueError:
-            raise ValueError(f"{name}={env[name]!r}: expected {'a whole number' if kind is int else 'a number'}") from None
-
-    return dict(workers=read("PICASO_WORKERS", int, DEFAULT_WORKERS),
-                queue_size=read("PICASO_QUEUE_SIZE", int, DEFAULT_QUEUE_SIZE),
-                max_sessions=read("PICASO_MAX_SESSIONS", int, DEFAULT_SESSIONS),
-                cache_mb=read("PICASO_COMPOSE_CACHE_MB", float, DEFAULT_BUDGET / 2**20),
-                threads=read("PICASO_THREADS", int, DEFAULT_THREADS))
-
-
-def check(workers: int, queue_size: int, max_sessions: int, cache_mb: float = 0.0, threads: int = 0) -> None:
-    if threads < 0:
-        raise ValueError(f"--threads must be 0 (the cores shared out among the workers) or more, got {threads}")
-    if workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {workers}")
-    if queue_size < 0:
-        raise ValueError(f"--queue-size must be 0 (no bound) or more, got {queue_size}")
-    if max_sessions < 1:
-        raise ValueError(f"--max-sessions must be at least 1, got {max_sessions}")
-    check_cache_mb(cache_mb)
-
-
-def check_cache_mb(cache_mb: float) -> None:
-    """--compose-cache-mb: the Compose tab's composed-state cache in MiB (ui/tabs/compose_runs.py)."""
-    if cache_mb < 0:
-        raise ValueError(f"--compose-cache-mb must be 0 (no cache) or more, got {cache_mb}")
 
 
 def job_threads(workers: int, threads: int = 0, cores: int | None = None) -> int:
@@ -99,14 +66,18 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: int = DEFAULT_THREADS):
+def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: int = DEFAULT_THREADS,
+          time_limits: dict | None = None, max_upload_mb: float | None = None, routes: list = ()):
     """Queue `demo` with one model pool of `workers`, at most `queue_size` waiting events (0: no
     bound) refused with BUSY beyond, and at most `max_sessions` sessions' state kept; torch runs
-    `job_threads(workers, threads)` threads. Returns the launch() keyword arguments that go with it."""
+    `job_threads(workers, threads)` threads; an upload over `max_upload_mb` (None: no bound) is
+    refused (HTTP 413); `routes` (Starlette routes: the exports' downloads) join Gradio's. Returns the
+    launch() keyword arguments that go with it."""
     check(workers, queue_size, max_sessions, threads=threads)
     torch.set_num_threads(job_threads(workers, threads))
     demo.queue(default_concurrency_limit=workers, max_size=queue_size or None)
-    _say_busy(demo._queue)
+    load = _say_busy(demo._queue, workers)
+    jobs.limit_jobs(demo, time_limits, POOL)  # each model-bound job under its endpoint's limit (None: the defaults)
     tune_allocator()
     in_background(_trim_every, TRIM_EVERY_S)
     demo.delete_cache = (600, 3600)  # temporary files (uploads, outputs) older than an hour, checked every 10 min
@@ -115,15 +86,19 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: in
     # threads that run handlers: the pool's plus a few for light events. Each new thread that runs
     # torch gets its own OpenMP team and stacks, so gradio's default of 40 let the resident memory
     # creep up for as long as new threads kept being started
-    return dict(state_session_capacity=max_sessions, max_threads=workers + LIGHT_THREADS, app_kwargs=compressed())
+    return dict(state_session_capacity=max_sessions, max_threads=workers + LIGHT_THREADS,
+                app_kwargs={**compressed(load), "routes": list(routes)},
+                max_file_size=None if max_upload_mb is None else int(max_upload_mb * 1e6))
 
 
-def compressed() -> dict:
+def compressed(load: Load | None = None) -> dict:
     """FastAPI arguments for what a page sends: /config without what no client reads
     (`page_config.SlimConfig`), and every response over 1 kB gzipped (the config travels as ~15% of its size).
     Starlette leaves text/event-stream (the queue's results) uncompressed, so streaming is not held
-    back."""
-    return {"middleware": [Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig)]}
+    back. With the queue's `load`, a join while the queue is full is refused first of all (`busy.BusyGate`;
+    PICASO_FAST_BUSY=0 leaves it to Gradio's route, as bench/burst.py --compare measures)."""
+    gate = [Middleware(BusyGate, load=load)] if load is not None and os.environ.get("PICASO_FAST_BUSY") != "0" else []
+    return {"middleware": [*gate, Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig)]}
 
 
 def in_background(fn, *args) -> threading.Thread:
@@ -190,15 +165,18 @@ def lazy_figures(demo) -> int:
     return len(plots)
 
 
-def _say_busy(queue) -> None:
-    """Name the refusal (HTTP 503's detail) in words a visitor acts on."""
-    push = queue.push
+def _say_busy(queue, workers: int) -> Load:
+    """Name the refusal (HTTP 503's detail) in words a visitor acts on, `busy.BUSY`: the gate
+    (`compressed`) sends it before Gradio's route runs; Gradio's own refusal (a join that passed the
+    gate as the last place was taken) says the same. Returns the queue's `Load` the gate reads."""
+    load, push = Load(queue, workers, POOL), queue.push
 
     async def push_or_busy(*args, **kwargs):
         ok, detail, status = await push(*args, **kwargs)
-        return (ok, BUSY, status) if status == "queue_full" else (ok, detail, status)
+        return (ok, load.message()[0], status) if status == "queue_full" else (ok, detail, status)
 
     queue.push = push_or_busy
+    return load
 
 
 _TRIM = threading.Lock()
@@ -236,3 +214,20 @@ def _libc():
         return libc if libc is not None and hasattr(libc, "malloc_trim") else None
     except OSError:
         return None
+
+
+def register_memory(demo, res, max_sessions: int) -> None:
+    """Name the process-wide holders of memory beside the tabs' caches in `/cache_stats`'s "memory"
+    report (picaso_core/memory.py): Gradio's per-session state (each a copy of the page's config,
+    bounded by --max-sessions), the state store's in-memory LRU, and what each tab derived from the
+    loaded Resources once (the skill library, retrievers, the fine-tuned model, ...)."""
+    def sessions():
+        holder = getattr(demo, "state_holder", None)
+        data = getattr(holder, "session_data", {}) if holder is not None else {}
+        return [(s.state_data, getattr(s, "config_values", None)) for s in list(data.values())]
+
+    memory.register("gradio: sessions", sessions, f"--max-sessions ({max_sessions} sessions)")
+    memory.register("store: states in memory", lambda: getattr(res.store, "_cache", None),
+                    f"{getattr(res.store, 'cache_bytes', CACHE_BYTES) / 2**20:.0f} MiB LRU")
+    memory.register("session: derived per app", lambda: res._derived,
+                    "one of each per loaded model (skill library, rankers, fine-tuned model, tour runs)")

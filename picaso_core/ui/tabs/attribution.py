@@ -21,10 +21,13 @@ import pandas as pd
 
 from picaso_core.analysis.attribution import LOO_METHODS, PAPER_TABLE4, attribution_precision
 from picaso_core.analysis.attribution_sources import SpanError, score_sources, span_tokens
+from picaso_core.analysis.sources import split_spans
 from picaso_core.compose import compose
 from picaso_core.data import DEMO_ATTRIBUTION_EXAMPLE, load_corpus
 from picaso_core.plots import attribution as plots
 from picaso_core.session import CONTEXT_SUFFIX, Resources
+from picaso_core.store.servable import Noted
+from picaso_core.ui import budget
 from picaso_core.ui.code import show_code
 from picaso_core.ui.errors import bad_input, clip, id_list, text, whole_number
 from picaso_core.ui.layout import PageLoad
@@ -47,6 +50,8 @@ ENDPOINT = "/attribute"
 # (the others 65 s in all). Above this many contexts it is skipped, with a line in the summary.
 PICCONCAT_MAX_CONTEXTS = 5
 PRECISION_MAX_SAMPLES = 200
+# the slider's most: every method on this many examples is within /attribution_precision's cost cap
+PRECISION_SLIDER_MAX = budget.CAPS["/attribution_precision"].most // len(METHODS)
 DESCRIBE = {
     "loi": "leave-one-in: each context's state alone; score = loss drop from the empty state",
     "concat": "leave-one-out, each subset's tokens re-processed in order (the costly reference)",
@@ -136,7 +141,10 @@ def choose_contexts(res: Resources, query: str, k: int, picked: list[str] | None
         ids = list(picked)
     else:
         k = whole_number("k", k, 1, min(MAX_CONTEXTS, len(res.database)), endpoint)
-        ids = [cid for cid, _ in res.retriever.retrieve(query, k, best_last=True)]
+        # contexts the store cannot serve (a read-only store's damaged shard) give way to the next-ranked
+        hits, skipped = res.servable(lambda skip: res.retriever.retrieve(query, k, exclude=skip, best_last=True))
+        ids = Noted(cid for cid, _ in hits)
+        ids.note = skipped
     total = sum(res.num_tokens(c) for c in ids)
     if total > res.max_tokens:
         raise bad_input(f"The {len(ids)} contexts hold {total} tokens; this app composes at most {res.max_tokens}. "
@@ -148,7 +156,9 @@ def generate_answer(res: Resources, query: str, k: int = 5, contexts: list[str] 
                     max_new_tokens: int = 24, endpoint: str = "/generate_answer") -> str:
     """The model's own greedy answer from the PICASO-R composition of the contexts (to attribute
     it): its first line, cut at EOS, with no special token."""
+    query = check_query(query, endpoint)  # normalised (errors.text): the raw text may hold what a tokenizer refuses
     ids = choose_contexts(res, query, k, contexts, endpoint)
+    budget.within(endpoint, len(ids), f"{len(ids)} contexts", key="/generate_answer")
     state = compose("picaso_r", res.states(ids))
     tok = res.model.tokenizer
     out = tok.display_text(res.model.generate_batch(tok.encode(query), [state], max_new_tokens=int(max_new_tokens))[0])
@@ -186,13 +196,14 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
         sample = s if s.query == query else None  # edited query: no longer that example
     progress(0.05, desc="choosing contexts")
     ids = choose_contexts(res, query, k, picked)
-    skipped = []
+    skipped = [ids.note] if getattr(ids, "note", "") else []  # retrieved contexts the store cannot serve
     if "picconcat_r" in methods and len(ids) > PICCONCAT_MAX_CONTEXTS:
         methods = [m for m in methods if m != "picconcat_r"]
         skipped.append(f"{NAMES['picconcat_r']} skipped: it re-reads {len(ids) * (len(ids) - 1)} concatenations for "
                        f"{len(ids)} contexts; this app runs it for at most {PICCONCAT_MAX_CONTEXTS}.")
         if not methods:
-            raise bad_input(skipped[0] + " Pick fewer contexts or other methods.", ENDPOINT)
+            raise bad_input(skipped[-1] + " Pick fewer contexts or other methods.", ENDPOINT)
+    0 and budget.check(ENDPOINT, attribute_cost(res, query, answer, ids, methods, token_method, grain, way, ablations))
     source = "given"
     if not answer.strip():
         progress(0.1, desc="generating the model's own answer from the PICASO-R composition")
@@ -253,6 +264,20 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
     return out
 
 
+def attribute_cost(res: Resources, query: str, answer: str, ids, methods, token_method: str, grain: str, way: str,
+                   ablations: int) -> tuple[int, str]:
+    """/attribute's estimate (picaso_core.ui.budget), from the checked inputs before any model work: an
+    empty answer counts as MAX_ANSWER_TOKENS generated; sentences and words are counted by the
+    default split (a pattern's split is still bounded by MAX_SOURCES)."""
+    tok = res.model.tokenizer
+    n = len(ids) if grain == "context" else sum(len(split_spans(res.text(c), grain)) for c in ids)
+    run = list(methods) + ([token_method] if token_method not in methods else [])
+    picconcat = len(ids) <= PICCONCAT_MAX_CONTEXTS and (grain == "context" or n <= src.PICCONCAT_MAX_SOURCES)
+    answer_tokens = len(tok.encode(answer)) if answer.strip() else MAX_ANSWER_TOKENS
+    return budget.attribute(len(ids), n, sum(map(res.num_tokens, ids)), len(tok.encode(query)),
+                            min(answer_tokens, MAX_ANSWER_TOKENS), run, ablations, way == "reencode", picconcat)
+
+
 def attribute(res: Resources, query: str, answer: str = "", k: int = 5, contexts: list[str] | None = None,
               methods: list[str] | None = None, example: str | None = None, progress=lambda *a, **kw: None,
               grain: str = "context", span_start=None, span_end=None, way: str = "states", pattern: str = "",
@@ -287,6 +312,7 @@ def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None
     samples = [s for s in samples if len(s.contexts) <= MAX_CONTEXTS][:n_samples]
     if "concat" not in methods:
         methods.insert(1 if "loi" in methods else 0, "concat")  # the reference of the correlations
+    budget.check(ep, budget.attribution_precision(len(samples), len(methods)))
     progress(0, desc="attribution precision")
     t0 = time.perf_counter()
     r = attribution_precision(res.model, samples, methods, context_suffix=CONTEXT_SUFFIX,
@@ -378,7 +404,7 @@ def render(res: Resources) -> list[PageLoad]:
         data = gr.JSON(label="Scores (plain data)")
     with gr.Accordion("Precision over the labelled split (paper table 4)", open=False):
         with gr.Row():
-            n_samples = count_slider(1, min(PRECISION_MAX_SAMPLES, len(qa_samples(res))), 20, label="examples",
+            n_samples = count_slider(1, min(PRECISION_SLIDER_MAX, len(qa_samples(res))), 20, label="examples",
                                      info="the measured 200-example table: scripts/measure_attribution.py")
             prec_run = gr.Button("Run precision table", elem_id="attribution-precision-run",
                                  interactive=bool(qa_samples(res)))

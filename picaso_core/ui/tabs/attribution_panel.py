@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import html
 
-from picaso_core.analysis.sources import GRAINS, WAYS, SourceError, SourceStore, make_sources, source_states
+from picaso_core.analysis.sources import (GRAINS, MAX_PATTERN_CHARS, WAYS, SourceError, SourceStore, make_sources,
+                                          source_states)
 from picaso_core.session import CONTEXT_SUFFIX, Resources, log
 from picaso_core.store.store import StoreError, derived_folder
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
@@ -25,7 +26,6 @@ WAY_NAMES = {"states": "composed from the sources' stored states (no re-encoding
 MAX_SOURCES = 128
 MAX_ABLATIONS = 256
 DEFAULT_ABLATIONS = 64
-MAX_PATTERN_CHARS = 200
 # PICConcat-R-LOO re-reads every rotation of the contexts for each of the N + 1 subsets: skipped
 # above this many sources (the context-grain rule, PICCONCAT_MAX_CONTEXTS, still applies).
 PICCONCAT_MAX_SOURCES = 30

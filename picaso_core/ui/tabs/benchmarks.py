@@ -22,6 +22,7 @@ from picaso_core.assets import ASSETS
 from picaso_core.plots import experiments as P
 from picaso_core.retrieval import rankers as R
 from picaso_core.session import Resources
+from picaso_core.ui import budget
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, id_list, text, whole_number
 from picaso_core.ui.limits import corpus_counts, count_slider, note
@@ -174,6 +175,7 @@ def run_live(res: Resources, samples=5, ks="0,1,2,5", methods=None, retriever="m
     """
     methods = list(METHODS) if methods is None else methods
     n, k_list, meths, rk = check_inputs(res, samples, ks, methods, retriever)
+    budget.check(ENDPOINT, budget.benchmarks(n, len(k_list), len(meths)))
     chosen = res.corpus.samples[:n]
     source = sweep.ContextSource(res.states, res.token_ids)
     log = sweep.MemoryLog()

@@ -30,6 +30,7 @@ from picaso_core.lab.tasks import IHTask
 from picaso_core.lab.training import LabConfig, Run, ih0_trajectories
 from picaso_core.plots.coffee import NAMES, curves_figure, ih0_figure
 from picaso_core.session import Resources
+from picaso_core.ui import budget
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, whole_number
 from picaso_core.ui.server.serving import LIGHT, MODEL
@@ -141,11 +142,14 @@ def paper_lines(args: dict) -> dict:
 
 
 def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, n=8, d=16, steps=1500, seconds=30,
-               seed=0, session: str = ""):
+               seed=0, session: str = "", *, time_budget: bool = True):
     """The /coffee_train handler, a generator: COFFEE and S6 train in turns, CHUNK steps each, until
     both ran `steps` or `seconds` of training passed; after every turn it yields
-    (loss figure, accuracy figure, status markdown, this run vs the paper, data dict, python, client)."""
+    (loss figure, accuracy figure, status markdown, this run vs the paper, data dict, python, client).
+    time_budget=False (the tour's cached run, not the API's): `steps` alone ends it, so the run is
+    the same on every machine."""
     args = check_inputs(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed)
+    budget.within("/coffee_train", int(args["max_seconds"]), f"a {args['max_seconds']:.0f} s time budget")
     with _lock:
         if session and session in _running:
             raise bad_input("a run is already training in this session: stop it first", "/coffee_train")
@@ -170,7 +174,7 @@ def train_live(task="ih", seq_len=16, trigger_len=1, target_len=1, noise_len=0, 
             if session and _running.get(session) != me:  # stopped (stop_run): say so, and end the event
                 yield outputs(args, hist, paper, runs, py, cl, done=True, stopped=True)
                 return
-            budget_left = args["max_seconds"] - sum(trained.values())
+            budget_left = args["max_seconds"] - sum(trained.values()) if time_budget else 1.0
             if budget_left <= 0 or all(r.steps_done >= args["steps"] for r in runs.values()):
                 break
             for m, r in runs.items():
@@ -247,6 +251,7 @@ def ih0_run(steps=200, train="embedding"):
     """The /coffee_ih0 handler: train sec. 5's reduced COFFEE on the 8 IH0 sequences from the
     paper's initial embedding; returns (animated figure, summary markdown, trajectories dict)."""
     steps = whole_number("steps", steps, 0, 5000, "/coffee_ih0")
+    budget.within("/coffee_ih0", steps, f"{steps:,} Adam steps")
     choice("train", train, ("embedding", "all"), "/coffee_ih0")  # embedding only: the paper's F.2
     run = Run(LabConfig(task="ih0", model="coffee", steps=max(steps, 1), lr=0.05, batch=8, ih0_train=train))
     for _ in range(steps):
@@ -301,7 +306,8 @@ def render(res: Resources | None = None) -> None:
                 d = gr.Number(16, label="D (embedding)", precision=0, minimum=2, maximum=64,
                               info="digits: the image width")
             with gr.Row():
-                steps = gr.Number(3000, label="steps per model", precision=0, minimum=1, maximum=MAX_STEPS,
+                # 2,000: the tour's run (tour.steps.COFFEE_STEPS), which the tab opens on: COFFEE 0.93, S6 0.34
+                steps = gr.Number(2000, label="steps per model", precision=0, minimum=1, maximum=MAX_STEPS,
                                   elem_id="coffee-steps")
                 seconds = gr.Slider(5, MAX_SECONDS, value=30, step=5, label="time budget (s, both models)",
                                     elem_id="coffee-seconds")
@@ -338,7 +344,7 @@ def render(res: Resources | None = None) -> None:
     ih0_md = gr.Markdown(label="IH0 summary", elem_id="coffee-ih0-summary")
     ih0_plot = gr.Plot(label="IH0 trajectories", elem_id="coffee-ih0")
     ih0_data = gr.JSON(visible=False, label="IH0 data")
-    py, cl = show_code(*snippets(check_inputs("ih", 16, 1, 1, 0, 8, 16, 3000, 30, 0)))
+    py, cl = show_code(*snippets(check_inputs("ih", 16, 1, 1, 0, 8, 16, 2000, 30, 0)))
 
     def coffee_train(task, seq_len, trigger_len, target_len, noise_len, n, d, steps, seconds, seed,
                      request: gr.Request):

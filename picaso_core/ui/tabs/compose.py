@@ -20,6 +20,8 @@ import pandas as pd
 from picaso_core.data import DEMO_COMPOSE_EXAMPLE
 from picaso_core.retrieval.rankers import own_passages
 from picaso_core.session import TUNED_DIR, Resources, TunedModelError, tuned_resources
+from picaso_core.store.servable import Noted
+from picaso_core.ui import budget
 from picaso_core.ui.code import show_code
 from picaso_core.ui.errors import bad_input, clip, flag, id_list, text, whole_number
 from picaso_core.ui.limits import corpus_counts, count_slider, note
@@ -32,7 +34,7 @@ from picaso_core.ui.tabs.compose_views import (ENDPOINT, LABEL, METHODS, RESULT_
                                                python_snippet, results_data, results_plot, results_table, summary_md)
 
 TITLE = "Compose & compare"
-K_MAX = 10  # the paper retrieves up to 10 chunks (sec. 6.1): gains saturate beyond
+K_MAX = budget.PICKED_CONTEXTS  # the paper retrieves up to 10 chunks (sec. 6.1); picked ones alike
 MAX_NEW_TOKENS = 64
 MODELS = (("base model", "base"), ("fine-tuned (BPTC)", "bptc"))  # model choice (the BPTC model: session.tuned_resources)
 
@@ -75,7 +77,7 @@ class ComposeRequest:
             query=query,
             continuation=text("continuation", get("continuation"), ENDPOINT),
             k=whole_number("k", get("k"), 1, min(K_MAX, len(res.database)), ENDPOINT),
-            contexts=tuple(id_list("contexts", get("contexts"), ENDPOINT) or ()),
+            contexts=picked_contexts(get("contexts")),
             most_relevant_last=flag("most_relevant_last", get("most_relevant_last"), ENDPOINT),
             max_new_tokens=whole_number("max_new_tokens (tokens to generate)", get("max_new_tokens"), 0,
                                         MAX_NEW_TOKENS, ENDPOINT),
@@ -90,6 +92,16 @@ class ComposeRequest:
 
 
 DEFAULTS = {f.name: f.default for f in fields(ComposeRequest) if f.name != "query"}  # the API's defaults
+
+
+def picked_contexts(value) -> tuple:
+    """The picked ids, capped like k before any work (picaso_core.ui.budget): /compose's estimate. With
+    at most K_MAX contexts, and their tokens and the query's under res.max_tokens (run_compose), the
+    7 methods read at most K_MAX x max_tokens tokens (PICConcat-R's rotations) and generate
+    MAX_NEW_TOKENS each."""
+    ids = tuple(id_list("contexts", value, ENDPOINT) or ())
+    budget.within(ENDPOINT, len(ids), f"{len(ids)} picked contexts")
+    return ids
 # /compose runs in the app's one model pool (picaso_core.ui.server.serving): the model is shared read-only
 # (forward and generate keep no state on the module; the store's ensure is locked; the Rust
 # tokenizer's encode takes &self), and 10 concurrent clients get exactly their serial answers
@@ -141,12 +153,18 @@ def choose_contexts(res: Resources, req: ComposeRequest) -> list[Context]:
             names = ", ".join(clip(repr(c), 40) for c in unknown[:3]) + (" …" if len(unknown) > 3 else "")
             raise bad_input(f"unknown context id {names}: pick ids from 'Pick contexts by hand' "
                             f"(e.g. {next(iter(res.database))!r})", ENDPOINT)
-        hits = list(zip(picked, res.retriever.similarity(query, picked)))
+        hits, skipped = list(zip(picked, res.retriever.similarity(query, picked))), ""
     else:  # a QA example (MS MARCO) ranks only its own passages
-        hits = (own_passages(res.retriever, query, sample.context_ids, k, best_last=most_relevant_last)
-                if sample is not None and sample.kind == "qa" and sample.contexts else
-                retrieve(res.retriever, query, k, sample.exclude_ids if sample else (), most_relevant_last))
-    return [Context(cid, res.text(cid), res.num_tokens(cid), score, cid in gold) for cid, score in hits]
+        qa = sample is not None and sample.kind == "qa" and sample.contexts
+        exclude = tuple(sample.exclude_ids) if sample else ()
+        # contexts the store cannot serve (a read-only store's damaged shard) give way to the next-ranked
+        hits, skipped = res.servable(lambda skip: (
+            own_passages(res.retriever, query, [c for c in sample.context_ids if c not in skip], k,
+                         best_last=most_relevant_last) if qa else
+            retrieve(res.retriever, query, k, exclude + skip, most_relevant_last)))
+    chosen = Noted(Context(cid, res.text(cid), res.num_tokens(cid), score, cid in gold) for cid, score in hits)
+    chosen.note = skipped
+    return chosen
 
 
 def run_compose(res: Resources, req: ComposeRequest, progress=lambda *a, **kw: None):
@@ -210,15 +228,18 @@ def compose(res: Resources, *args, history: list[dict] | None = None, progress=l
     history = ((history or []) + [history_row(query, ctxs, results, scored)])[-HISTORY_ROWS:]  # bounded per session
     # the snippets repeat the run's own values: with retrieval, k is the contexts it found
     run = replace(req, k=req.k if req.contexts else len(ctxs))
+    skipped = getattr(ctxs, "note", "")  # retrieval passed over contexts the store cannot serve
     return (
         contexts_html(ctxs),
-        summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query))),
+        summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query)))
+        + (f"\n\n{skipped}" if skipped else ""),
         results_table(results),
         memo(FIGURES, (scored, *((r.method, r.loss, r.compose_s, r.process_s) for r in results)),
              lambda: results_plot(results, scored)),
         generations_html(results, res.model.tokenizer),
         pd.DataFrame(history),
-        results_data(res, query, req.continuation, ctxs, results, scored),
+        {**results_data(res, query, req.continuation, ctxs, results, scored),
+         **({"skipped": skipped} if skipped else {})},
         python_snippet(res, run, ctxs),
         api_snippet(run),
         history,

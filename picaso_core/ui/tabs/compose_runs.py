@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+from picaso_core import memory
 from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
 from picaso_core.analysis.evaluate import run_methods
 from picaso_core.ui.server.serving import check_cache_mb, rotation_threads
@@ -33,12 +34,19 @@ def set_budget(cache_mb: float) -> None:
 
 def cache_stats() -> dict:
     """The composed-state cache's counters: hits, misses, hit_rate, bytes, entries, evictions and
-    miss reasons, per method and in total; the byte budget; and the scored-run cache's."""
-    return {**CACHE.stats(), "results": RESULTS.stats()}
+    miss reasons, per method and in total; the byte budget; the scored-run cache's; and "memory":
+    what each of the app's caches holds now, with its bound (picaso_core/memory.py)."""
+    return {**CACHE.stats(), "results": RESULTS.stats(), "memory": memory.report()}
 
 
 RETRIEVALS = ResultCache(256)  # (retriever, query, k, exclusions, order) -> hits: a query embedding each
 FIGURES = ResultCache(64)  # a run's figure by its figures (the plot of a repeated click)
+
+
+memory.register("compose: composed states", lambda: CACHE, "--compose-cache-mb (default 256 MiB)")
+memory.register("compose: scored runs", lambda: RESULTS, "64 runs")
+memory.register("compose: retrievals", lambda: RETRIEVALS, "256 retrievals")
+memory.register("compose: figures", lambda: FIGURES, "64 figures")
 
 
 def memo(cache: ResultCache, key, make):

@@ -26,6 +26,7 @@ import pandas as pd
 from picaso_core.analysis import summaries as S
 from picaso_core.analysis import sweep
 from picaso_core.data import load_corpus
+from picaso_core.deadline import JobTimeout, check
 from picaso_core.finetune import train as FT
 from picaso_core.finetune.card import (PAPER_ROW, PAPER_TABLE1, PAPER_TABLE2, ROW_NAMES, SKILL_KS, TABLE1_METHODS,
                                        skill_cell)
@@ -33,6 +34,7 @@ from picaso_core.finetune.evaluate import model_source
 from picaso_core.plots import finetune as PF
 from picaso_core.retrieval import rankers as R
 from picaso_core.session import TUNED_COMMAND, TUNED_DIR, Resources
+from picaso_core.ui import budget
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, whole_number
 from picaso_core.ui.limits import corpus_counts, note
@@ -184,6 +186,7 @@ def run_live(res: Resources, objective="bptc", steps=40, k_max=5, lr=3e-4, progr
     """The /finetune handler, a generator. Yields (status, loss curve, comparison figure, result dict,
     python snippet, client snippet) about once a second while training, then once after comparing."""
     objective, steps, k_max, lr = check_inputs(objective, steps, k_max, lr)
+    budget.check(ENDPOINT, budget.finetune(steps, k_max))
     if not _RUN_LOCK.acquire(blocking=False):
         raise bad_input("a live fine-tune is already running (one at a time for the whole app): wait for it, "
                         "or press Cancel", ENDPOINT)
@@ -212,6 +215,12 @@ def run_live(res: Resources, objective="bptc", steps=40, k_max=5, lr=3e-4, progr
         title = f"Live {objective.upper()}: training loss"
         while thread.is_alive() or not records.empty():
             thread.join(timeout=poll_s)
+            try:
+                check()  # past this job's time limit (picaso_core.deadline): the training stops after its step
+            except JobTimeout:
+                _CANCEL.set()
+                thread.join()
+                raise
             while not records.empty():
                 history.append(records.get())
             if history:

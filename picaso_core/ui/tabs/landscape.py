@@ -26,6 +26,7 @@ from picaso_core.analysis.landscape_fig2 import fig2
 from picaso_core.assets import ASSETS
 from picaso_core.plots.landscape import colour_scale, line_figure, plane_figure, plane_title, zrange
 from picaso_core.session import Resources, derived_folder
+from picaso_core.ui import budget
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
 from picaso_core.ui.limits import corpus_counts, note
@@ -122,6 +123,7 @@ def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str
     if blocked(res):
         raise bad_input(" ".join(limits(res)), ENDPOINT)
     ids = average_ids(res) if sample == AVERAGE else [sample]
+    budget.check(ENDPOINT, budget.landscape(len(ids), steps))
     progress(0.0, desc=f"retrieving and loading the states of {len(ids)} sample(s)")
     samples = load_samples(res, ids)
     report = lambda d, t: progress(d / t, desc=f"scoring states {d}/{t}")  # noqa: E731

@@ -26,6 +26,7 @@ from picaso_core.lab import primer as lab
 from picaso_core.lab.complexity import SERIES, measure_complexity
 from picaso_core.plots import primer as P
 from picaso_core.session import Resources
+from picaso_core.ui import budget
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, text, whole_number
 from picaso_core.ui.limits import count_slider
@@ -140,6 +141,7 @@ def selective(selectivity=1.0):
 def model_view(res: Resources, text_in=DEFAULT_TEXT):
     """The loaded model's memory per head and its Δ per token on a text."""
     ids, tokens = _ids(res, text_in, "/primer_model", MAX_TEXT_TOKENS)
+    budget.within("/primer_model", len(ids), f"{len(ids)} tokens")
     prof = lab.decay_profile(res.model, ids)
     prof["tokens"] = tokens
     rows = []
@@ -160,6 +162,7 @@ def attention_view(res: Resources, text_in=DEFAULT_TEXT, layer=0, head=0):
     heads = cfg.nheads if cfg.family == "Mamba2" else cfg.d_inner
     head = whole_number("head", head, 0, heads - 1, ep)
     ids, tokens = _ids(res, text_in, ep, MAX_M_TOKENS)
+    budget.check(ep, budget.primer_attention(len(ids)))
     d = lab.semiseparable(res.model, ids, layer, head)
     d["tokens"] = tokens
     ok = d["relative_error"] <= 1e-4
@@ -232,6 +235,7 @@ def complexity(res: Resources, lengths="256, 512, 1024, 2048, 4096", one_thread=
     every small op and the slopes come out as noise; one thread measures the algorithm. The setting
     is process-wide for the ~20 s of the measurement (requests served meanwhile run on one thread)."""
     ls = parse_lengths(lengths)
+    budget.check("/primer_complexity", budget.primer_complexity(ls))
     one_thread = flag("one_thread", one_thread, "/primer_complexity")
     cfg = res.model.config
     width = (dict(heads=cfg.nheads, headdim=cfg.ssm_cfg.headdim, d_state=cfg.ssm_cfg.d_state,

@@ -12,10 +12,12 @@ from picaso_core.analysis import soup, soup_mixing, soup_projection
 from picaso_core.data.skills import ARROW, format_query
 from picaso_core.plots import soup as plots
 from picaso_core.session import Resources
+from picaso_core.ui import budget
 from picaso_core.ui.code import client_snippet
 from picaso_core.ui.errors import bad_input, choice, clip, text, whole_number
 from picaso_core.ui.tabs.soup_lab import PER_TASK, SEED, SHOTS, lab_for
-from picaso_core.ui.tabs.soup_text import best_layer_sentence, mixing_summary, two_task_story
+from picaso_core.ui.tabs.soup_text import (best_layer_sentence, mixing_summary, shuffled_twin_sentence,
+                                           two_task_story)
 
 KS = (1, 2, 4, 8, 16)
 METHOD_LABEL = {"pca": "PCA", "tsne": "t-SNE", "umap": "UMAP"}
@@ -89,6 +91,7 @@ def retrieve(res: Resources, demos: str, layer: int = None, part: str = "ssm", t
     layer = _layer(res, res.model.config.n_layer // 2 if layer is None else layer, ep)
     part = _choice("part", part, soup.PARTS, ep)
     top = whole_number("top", top, 1, 50, ep)
+    budget.check(ep, budget.lines(demos.count("\n")))
     lib = lab_for(res).library()
     state = res.model.encode_context(res.model.tokenizer.encode(demos))
     near = lib.nearest(state, layer, part, top)
@@ -107,6 +110,7 @@ def soup_map(res: Resources, layer=None, part: str = "ssm", method: str = DEFAUL
     method = _choice("method", method, soup_projection.PROJECTIONS, ep)
     dim = whole_number("dim", dim, 2, 3, ep)
     demos = _demos_text(demos, ep, required=require_demos)
+    budget.check(ep, budget.lines(demos.count("\n")))
     lab = lab_for(res)
     progress(0.05, desc="opening the skill library (encoded once, then kept in its store)")
     lib = lab.library(_progress(progress, "encoding the skill library"))
@@ -133,6 +137,7 @@ def soup_map(res: Resources, layer=None, part: str = "ssm", method: str = DEFAUL
     if demos:
         top_task = retrieved.iloc[0]["task"]
         summary += f" Your demonstration's state is nearest to **{top_task}** (cosine {retrieved.iloc[0]['cosine']:.3f})."
+        summary += shuffled_twin_sentence(top_task, list(retrieved["task"]))
     lab.warm_umap()
     data = {"layer": layer, "part": part, "method": method, "dim": dim, "coords": coords.round(4).tolist(),
             "tasks": lib.tasks, "query": query, "retrieved": retrieved.to_dict("records"),
@@ -154,6 +159,7 @@ def retrieval_curve(res: Resources, queries: int = 4, part: str = "ssm", progres
     ep = "/soup_retrieval"
     queries = whole_number("queries per task and k", queries, 1, 50, ep)
     part = _choice("part", part, soup.PARTS, ep)
+    budget.check(ep, budget.soup_retrieval(queries, len(KS)))
     lib = lab_for(res).library(_progress(progress, "encoding the skill library"))
     r = soup.retrieval_accuracy(res.model, lib, KS, queries, part, seed=SEED,
                                 progress=_progress(progress, "encoding k-shot queries"))
@@ -183,6 +189,7 @@ def mixing(res: Resources, queries: int = 3, progress=lambda *a, **k: None):
     (a k-shot query state mixed with its nearest library state)."""
     ep = "/soup_mixing"
     queries = whole_number("queries per task", queries, 1, 50, ep)
+    budget.within(ep, queries, f"{queries} queries per task")
     lib = lab_for(res).library(_progress(progress, "encoding the skill library"))
     rows = soup_mixing.mixing_table(res.model, None, 16, KS, queries, SEED, _progress(progress, "mixing: soup vs shots"))
     rmix = soup_mixing.retrieval_mixing(res.model, lib, (1, 2, 4, 8), 1, None, "ssm", queries, SEED,
@@ -225,6 +232,7 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
         w = float("nan")
     if not 0 <= w <= 1:
         raise bad_input(f"w must be a number from 0 to 1, got {w!r}", ep)
+    budget.check(ep, budget.soup_two_task(len(answer_list), len(res.model.tokenizer.encode(prompt))))
     lib = lab_for(res).library(_progress(progress, "encoding the skill library"))
     xa, xb = soup_mixing.task_state(lib, task_a), soup_mixing.task_state(lib, task_b)
     ws = sorted(set(np.round(np.linspace(0, 1, 11), 2).tolist()) | {round(w, 3)})
@@ -246,6 +254,7 @@ def decay(res: Resources, chunk_tokens: int = 100, documents: int = 10, progress
     ep = "/soup_decay"
     chunk_tokens = whole_number("chunk tokens", chunk_tokens, 8, 400, ep)
     documents = whole_number("documents", documents, 1, 200, ep)
+    budget.check(ep, budget.soup_decay(chunk_tokens, documents))
     try:
         chunks = soup_mixing.document_chunks(list(res.database.values()), res.model.tokenizer, chunk_tokens, documents)
     except ValueError as e:

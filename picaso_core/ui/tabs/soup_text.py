@@ -85,3 +85,14 @@ def two_task_story(rows: list[dict], w: float, task_a: str, task_b: str, prompt:
                 f"“{html.escape(a)}” (loss ≥ {min(r['losses'][a] for r in rows):.2f})" for a in never)
         out += ". "
     return out + f"w = 0 is {task_b}'s state alone, w = 1 {task_a}'s."
+
+
+def shuffled_twin_sentence(top: str, tasks: list[str]) -> str:
+    """Why a demonstration can land nearest a label-shuffled twin (the same questions and answers,
+    paired at random): said only when it does, with the rank of the task itself among `tasks`."""
+    twin = top.removesuffix("_shuffled")
+    if twin == top:
+        return ""
+    rank = f" ({twin} itself is rank {tasks.index(twin) + 1})" if twin in tasks else ""
+    return (f" That is {twin}'s label-shuffled twin: the same words, answers paired at random. A state of a few "
+            f"lines records which words occur more than how they pair{rank}.")

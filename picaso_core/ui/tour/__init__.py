@@ -8,6 +8,7 @@
     links.py      a tab's inputs by name: ?tab=...&k=... links
     static.py     the tour as a static site
     exports.py    CSV / HTML / Projector TSV files of what a tab shows
+    downloads.py  the tabs' Export menus: files under <cache>/exports, a download route, a TTL sweep
 
 Importing this package imports none of its modules (the static export and steps stay light).
 """

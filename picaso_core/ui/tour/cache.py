@@ -10,38 +10,47 @@ for another model, corpus or step definition is stale, rebuilt and never shown. 
 build in the background when its cache is missing or stale (a new corpus or model), and a step
 not ready yet says so (its "Run it live" button computes it there and then).
 
+Each step is budgeted in steps and samples, not seconds, so the cache is the same on every machine
+but for its timings, which are labelled with the machine that measured them (`timed_on`). Besides
+the steps it keeps what each tab opens on (steps.OPENINGS): the tab's own outputs for its default
+inputs, shown before anything is pressed.
+
 `tour_step(res, step)` is the app's /tour_step endpoint: plain data (title, tab, inputs, text,
 cached, seconds).
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import inspect
 import json
 import logging
 import os
+import platform
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
 import plotly.io as pio
 
 from picaso_core.session import DEFAULT_CACHE, Resources, load_resources
 from picaso_core.ui.errors import bad_input
 from picaso_core.ui.server import serving
+from picaso_core.ui.tour.cli import parse_args
 from picaso_core.ui.tour.runs import RUNNERS, View, resolve
 from picaso_core.ui.tour.static import write_site
-from picaso_core.ui.tour.steps import STEPS, Step
+from picaso_core.ui.tour.steps import OPENINGS, STEPS, Step
 
-CACHE_VERSION = "tour/1"
+CACHE_VERSION = "tour/2"  # 2: each entry keeps the tab's own outputs; the tabs' openings
 log = logging.getLogger("picaso.tour")
 ENDPOINT = "/tour_step"
-__all__ = ["STEPS", "Step", "View", "build", "cache_file", "export_static", "load_cache", "show", "tour_step"]
+__all__ = ["STEPS", "Step", "View", "build", "cache_file", "export_static", "load_cache", "load_openings", "show",
+           "tour_step"]
 
 
 # ---- fingerprints and the cache file ----------------------------------------------------------
@@ -93,6 +102,50 @@ def load_cache(res: Resources, cache_dir: str | Path | None = None) -> dict[int,
     return out
 
 
+def load_openings(res: Resources, cache_dir: str | Path | None = None) -> dict[str, list[dict]]:
+    """What each tab opens on (steps.OPENINGS), by tab key: its cache entries, in order; a tab with any
+    entry missing or stale is left out (it opens as it did before a cache)."""
+    data = _read(cache_file(res, cache_dir))
+    if not isinstance(data, dict) or data.get("key") != cache_key(res):
+        return {}
+    steps, out = load_cache(res, cache_dir), {}
+    for tab, openers in OPENINGS.items():
+        stored = data.get("openings", {}).get(tab) or []
+        got = []
+        for step, entry in zip(openers, stored):
+            if isinstance(entry, dict) and "step" in entry:
+                entry = steps.get(entry["step"]) if STEPS[entry["step"] - 1] == step else None
+            if isinstance(entry, dict) and entry.get("step_key") == step_key(step):
+                got.append(entry)
+        if len(got) == len(openers):
+            out[tab] = got
+    return out
+
+
+def cache_info(res: Resources, cache_dir: str | Path | None = None) -> dict:
+    """When the cache was written (its file's date, UTC) and the machine that measured its timings."""
+    path = cache_file(res, cache_dir)
+    data = _read(path) or {}
+    try:
+        built = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d")
+    except OSError:
+        built = None
+    return {"built": built, "timed_on": data.get("timed_on") or "an unnamed machine"}
+
+
+def machine() -> str:
+    """The machine that measures a build's timings, in words (its processor and cores)."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
 _files: dict[str, tuple] = {}  # path -> ((mtime, size), parsed): a step served twice is read once
 
 
@@ -108,11 +161,12 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def _save(res: Resources, cache_dir, entries: dict[int, dict]) -> None:
+def _save(res: Resources, cache_dir, entries: dict[int, dict], openings: dict[str, list] | None = None) -> None:
     path = cache_file(res, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
-    text = json.dumps({"key": cache_key(res), "steps": {str(n): e for n, e in sorted(entries.items())}})
+    text = json.dumps({"key": cache_key(res), "timed_on": machine(),
+                       "steps": {str(n): e for n, e in sorted(entries.items())}, "openings": openings or {}})
     tmp.write_text(text)
     tmp.replace(path)
     # Two saves within one tick of the file system's clock can leave the same (mtime, size): the
@@ -125,8 +179,44 @@ def _save(res: Resources, cache_dir, entries: dict[int, dict]) -> None:
 def view_entry(step: Step, view: View, seconds: float) -> dict:
     return {"step_key": step_key(step), "text": view.text, "seconds": round(seconds, 3),
             "figures": [json.loads(pio.to_json(f, validate=False)) for f in view.figures],
-            "tables": [{"title": t, **json.loads(df.to_json(orient="split", index=False, date_format="iso"))}
-                       for t, df in view.tables]}
+            "tables": [{"title": t, **_frame(df)} for t, df in view.tables],
+            "endpoint": view.endpoint, "facts": json.loads(json.dumps(view.facts, default=_plain)),
+            "outputs": None if view.outputs is None else [_output(v) for v in view.outputs]}
+
+
+def _frame(df: pd.DataFrame) -> dict:
+    return json.loads(df.to_json(orient="split", index=False, date_format="iso"))
+
+
+def _plain(x):
+    """numpy scalars and arrays in a handler's plain data, as JSON takes them."""
+    return x.tolist() if hasattr(x, "tolist") else str(x)
+
+
+def _output(value):
+    """One output of a tab's handler as tagged JSON: text (HTML, Markdown, code), a table, a plot, or
+    plain data (a JSON output); None: an output the step leaves as it is."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return {"text": value}
+    if isinstance(value, pd.DataFrame):
+        return {"frame": _frame(value)}
+    if isinstance(value, go.Figure):
+        return {"plot": json.loads(pio.to_json(value, validate=False))}
+    return {"json": json.loads(json.dumps(value, default=_plain))}
+
+
+def output_value(tagged, raw: bool = True):
+    """A cached output back as its component's value (a plot as plotly JSON text when raw)."""
+    if tagged is None:
+        return None
+    (kind, value), = tagged.items()
+    if kind == "frame":
+        return pd.DataFrame(value["data"], columns=value["columns"])
+    if kind == "plot":
+        return json.dumps(value) if raw else pio.from_json(json.dumps(value), skip_invalid=True)
+    return value
 
 
 def entry_view(entry: dict, raw: bool = False) -> View:
@@ -134,18 +224,21 @@ def entry_view(entry: dict, raw: bool = False) -> View:
     validates every attribute: most of a cached step's time on a busy CPU)."""
     figs = [json.dumps(f) if raw else pio.from_json(json.dumps(f), skip_invalid=True) for f in entry["figures"]]
     tables = [(t["title"], pd.DataFrame(t["data"], columns=t["columns"])) for t in entry["tables"]]
-    return View(entry["text"], figs, tables)
+    outputs = entry.get("outputs")
+    return View(entry["text"], figs, tables, entry.get("endpoint"),
+                None if outputs is None else tuple(output_value(o, raw) for o in outputs), entry.get("facts") or {})
 
 
-def compute(res: Resources, n: int, memo: dict | None = None) -> dict:
-    """Step n's view, computed now (no cache), as a cache entry."""
-    step = step_at(n)
+def compute(res: Resources, n, memo: dict | None = None) -> dict:
+    """Step n's view (n: its number, or a Step such as an opening), computed now (no cache), as a
+    cache entry."""
+    step = n if isinstance(n, Step) else step_at(n)
     t = time.perf_counter()
     try:
         view = RUNNERS[step.run](res, memo, **resolve(res, step.tab, step.inputs))
     except Exception as e:  # a view this corpus or model cannot give: said on the step, and kept
         if type(e).__name__ != "Error":  # gr.Error: the tab's own one-line message
-            log.warning("tour step %s (%s) failed: %s: %s", n, step.title, type(e).__name__, e)
+            log.warning("tour step %s failed: %s: %s", step.title, type(e).__name__, e)
         msg = getattr(e, "message", None) or str(e)
         view = View(f"This step cannot be shown on the loaded model and corpus: {msg}")
     return view_entry(step, view, time.perf_counter() - t)
@@ -177,21 +270,40 @@ def build(res: Resources, cache_dir: str | Path | None = None, steps: list[int] 
     memo: dict = {}
     status = _building.setdefault(str(cache_file(res, cache_dir)), {})
     status.update(done=len(STEPS) - len(todo), total=len(STEPS), error=None)
+    openings = _stored_openings(res, cache_dir, force)
     for n in todo:
         if serving.STOP.is_set():  # the process is exiting: what is built so far is saved
             break
         step_at(n)
         entries[n] = compute(res, n, memo)
-        _save(res, cache_dir, entries)
+        _save(res, cache_dir, entries, openings)
         status["done"] = status.get("done", 0) + 1
         log(f"tour step {n}/{len(STEPS)} {STEPS[n - 1].title}: {entries[n]['seconds']:.1f} s")
+    if steps is None and not serving.STOP.is_set():  # what the tabs open on: the steps' own, or computed
+        for tab, openers in OPENINGS.items():
+            old = openings.get(tab) or []
+            got = [{"step": STEPS.index(s) + 1} if s in STEPS else
+                   (old[i] if i < len(old) and isinstance(old[i], dict) and old[i].get("step_key") == step_key(s)
+                    else compute(res, s, memo)) for i, s in enumerate(openers)]
+            if got != old:
+                openings[tab] = got
+                _save(res, cache_dir, entries, openings)
+                log(f"tour: the {tab} tab's opening" + "".join(
+                    f", {e['seconds']:.1f} s" for e in got if "seconds" in e))
     return entries
+
+
+def _stored_openings(res: Resources, cache_dir, force: bool) -> dict[str, list]:
+    data = None if force else _read(cache_file(res, cache_dir))
+    if not isinstance(data, dict) or data.get("key") != cache_key(res):
+        return {}
+    return {k: v for k, v in (data.get("openings") or {}).items() if k in OPENINGS}
 
 
 def ensure_built(res: Resources, cache_dir: str | Path | None = None) -> threading.Thread | None:
     """Start building the missing or stale steps in a background thread (once per cache file);
     returns the thread, or None when every step is cached."""
-    if len(load_cache(res, cache_dir)) == len(STEPS):
+    if len(load_cache(res, cache_dir)) == len(STEPS) and len(load_openings(res, cache_dir)) == len(OPENINGS):
         return None
     key = str(cache_file(res, cache_dir))
     with _lock:
@@ -208,6 +320,11 @@ def ensure_built(res: Resources, cache_dir: str | Path | None = None) -> threadi
 
         status["thread"] = thread = serving.in_background(run)  # stopped between steps at exit
         return thread
+
+
+def building(res: Resources, cache_dir: str | Path | None = None) -> bool:
+    """Whether a build of this cache was started in this process (ensure_built or build)."""
+    return bool(_building.get(str(cache_file(res, cache_dir))))
 
 
 def building_note(res: Resources, cache_dir: str | Path | None = None) -> str:
@@ -239,8 +356,9 @@ def show(res: Resources, n, live: bool = False, cache_dir: str | Path | None = N
         return step, View(building_note(res, cache_dir)), {"cached": False, "ready": False, "compute_seconds": None,
                                                             "seconds": round(time.perf_counter() - t, 3)}
     view = entry_view(entry, raw)
+    info = cache_info(res, cache_dir) if cached else {"built": None, "timed_on": None}
     return step, view, {"cached": cached, "ready": True, "compute_seconds": entry["seconds"],
-                        "seconds": round(time.perf_counter() - t, 3)}
+                        "seconds": round(time.perf_counter() - t, 3), **info}
 
 
 def tour_step(res: Resources, step) -> dict:
@@ -271,23 +389,7 @@ def _load(model: str, corpus: str, cache_dir) -> Resources:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m picaso_core.ui.tour", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    for name, what in (("build", "precompute every step's results into the cache folder"),
-                       ("export", "write the tour as a static site (no Python, no network needed to open it)")):
-        q = sub.add_parser(name, help=what, description=what)
-        if name == "export":
-            q.add_argument("dir", help="output folder (index.html and plotly.min.js)")
-            q.add_argument("--app-url", default=None, help="the live app's address: each step links to its view there")
-        q.add_argument("--cache-dir", default=os.environ.get("PICASO_CACHE", str(DEFAULT_CACHE)),
-                       help="the app's cache folder (app.py --cache-dir) [PICASO_CACHE]")
-        q.add_argument("--model", default="demo", help="as app.py --model")
-        q.add_argument("--corpus", default="demo", help="as app.py --corpus")
-        if name == "build":
-            q.add_argument("--force", action="store_true", help="recompute every step, even those cached")
-    args = p.parse_args(argv)
-    if args.command == "export" and args.app_url and not args.app_url.startswith(("http://", "https://")):
-        p.error(f"--app-url must start with http:// or https://, got {args.app_url!r}")
+    args = parse_args(argv)  # picaso_core.ui.tour.cli: light, as __main__.py reads it first
     t = time.perf_counter()
     res = _load(args.model, args.corpus, args.cache_dir)
     if args.command == "build":

@@ -2,6 +2,7 @@
 
     render_controls(res)        the header's row: Start the tour, Copy link, Large text, and the tour bar
     render_exports(res, key, tab)  inside a tab, after its own layout: download its tables and plots
+                                (picaso_core.ui.tour.downloads)
     wire(demo, res, ui, tabs)   the events: steps, links read on page load (`?step=N`, `?tab=...`), /tour_step
 
 The handlers are plain functions of their inputs (tested without a server); the tour's content
@@ -10,27 +11,30 @@ comes from picaso_core.ui.tour.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import gradio as gr
-import pandas as pd
 import plotly.graph_objects as go
-import plotly.io as pio
 from gradio.components.plot import PlotData
 
 from picaso_core.session import Resources
+from picaso_core.ui.errors import bad_input
 from picaso_core.ui.server.serving import LIGHT, MODEL
 from picaso_core.ui.tabs import attribution as attribution_tab
 from picaso_core.ui.tabs import compose as compose_tab
-from picaso_core.ui.tabs.soup_lab import SHOTS, lab_for
 from picaso_core.ui.tour import cache as tour
-from picaso_core.ui.tour.exports import figure_html, landscape_csv, projector_tsv, table_csv
-from picaso_core.ui.tour.links import FROM_EXAMPLE, TABS, coerce, descendants, find, link_query
+from picaso_core.ui.tour.downloads import _export_choices, export_files, render_exports  # noqa: F401  (the exports)
+from picaso_core.ui.tour.downloads import routes as download_routes  # noqa: F401  (app.py: the download route)
+from picaso_core.ui.tour.links import FROM_EXAMPLE, PAGE_PARAMS, TABS, coerce, find, link_query, press_target, raw_value
 from picaso_core.ui.tour.runs import resolve
 
 N_FIGS = 2  # figures a step shows side by side
+LANDING = "compose"  # the tab the page opens on
+# the tab events (api_name) whose outputs a runner's view fills (tour.runs.View.endpoint)
+ENDPOINTS = {"compose_none_vs_concat": ("compose",), "compose_methods": ("compose",), "compose_order": ("compose",),
+             "compose_time": ("compose",), "compose_finetuned": ("compose",), "soup_map": ("soup_map",),
+             "soup_two_task": ("soup_two_task",), "landscape": ("landscape",), "attribution": ("attribute",),
+             "coffee": ("coffee_train",)}
 BAR_ON, BAR_OFF = ["px-tour"], ["px-tour", "px-off"]  # the tour bar's classes, shown and hidden
 PLACEHOLDER = go.Figure(layout={"height": 40})
 
@@ -106,16 +110,71 @@ def step_values(res: Resources, n: int) -> tuple[str, dict]:
 
 
 def step_outputs(res: Resources, n, live: bool = False) -> dict:
-    """Everything the bar shows for step n (1-based, clamped to the tour): a dict of plain values."""
+    """Everything the bar shows for step n (1-based, clamped to the tour): a dict of plain values;
+    "endpoint" / "outputs": the tab's own event and its outputs' values for the step (tour.runs.View)."""
     n = min(max(int(n or 1), 1), len(tour.STEPS))
     step, view, meta = tour.show(res, n, live=live, raw=True)
-    how = ("computed live just now" if live else "precomputed" if meta["cached"] else "not precomputed yet")
+    how = ("computed live just now" if live else f"precomputed on {meta['built']} (timings: {meta['timed_on']})"
+           if meta["cached"] else "not precomputed yet")
     secs = f", {meta['compute_seconds']:.1f} s to compute" if meta.get("compute_seconds") is not None else ""
     key, values = step_values(res, n)
     return {"n": n, "tab": key, "values": values,
             "title": f"**Step {n} of {len(tour.STEPS)} · {step.title}**  \n<small>{TABS[key].title} tab · {how}{secs}"
                      f" · ← → keys step through</small>",
-            "text": view.text, "figures": view.figures, "table": view.tables[0] if view.tables else None}
+            "text": view.text, "figures": view.figures, "table": view.tables[0] if view.tables else None,
+            "endpoint": view.endpoint, "outputs": view.outputs,
+            "marker": (f"Tour step {n}, computed live just now" if live else
+                       f"Tour step {n}, precomputed on {meta['built']} (timings: {meta['timed_on']})"
+                       if meta["cached"] else None)}
+
+
+def opening_values(res: Resources, key: str) -> tuple[list[tuple[str, tuple]], str | None]:
+    """What tab `key` opens on: [(endpoint, its outputs' values)] from the tour's cache, and the
+    precomputed marker's words; ([], a note) while the cache is being built, ([], None) for a tab
+    that opens on nothing precomputed."""
+    if key not in tour.OPENINGS:
+        return [], None
+    entries = tour.load_openings(res).get(key)
+    if entries is None:
+        if not tour.building(res):  # app.py --no-tour-prebuild: nothing will come
+            return [], "This server keeps no precomputed result for this tab: press its button to compute it."
+        return [], ("The precomputed result appears here once the tour's results are built (in the background "
+                    "on a new model or corpus; `python -m picaso_core.ui.tour build`).")
+    info = tour.cache_info(res)
+    views = [tour.entry_view(e, raw=True) for e in entries]
+    return ([(v.endpoint, v.outputs) for v in views if v.outputs is not None],
+            f"Precomputed on {info['built']} (timings: {info['timed_on']})")
+
+
+def endpoint_outputs(demo: gr.Blocks, names) -> dict[str, tuple[list, str]]:
+    """The output components of each named event (api_name), in its handler's order, and the label of
+    the button that runs it: where a step or a tab's opening puts the tab's own results."""
+    out = {}
+    for fn in demo.fns.values():
+        if fn.api_name in names and fn.api_name not in out:
+            button = next((demo.blocks[t].value for t, _ in fn.targets if t is not None and t in demo.blocks
+                           and isinstance(demo.blocks[t], gr.Button)), "Run")
+            out[fn.api_name] = (list(fn.outputs), button)
+    return out
+
+
+def fill_outputs(filled: list, spots: dict[str, tuple[list, str]], results, marker: str | None) -> list:
+    """Updates for the components `filled` from [(endpoint, values)]: each value on its endpoint's
+    output (None, a gr.State, or an endpoint not on the page: left as is); `marker` opens the first
+    Markdown output of each, with the button that computes it live."""
+    updates = {}
+    for endpoint, values in results:
+        comps, button = spots.get(endpoint, ([], ""))
+        said = False
+        for comp, value in zip(comps, values or ()):
+            if value is None or isinstance(comp, gr.State):
+                continue
+            if isinstance(comp, gr.Plot):
+                value = PlotData(type="plotly", plot=value)
+            elif isinstance(comp, gr.Markdown) and marker and not said:
+                value, said = f"<small>{marker} · press **{button}** to compute it live</small>\n\n{value}", True
+            updates[comp._id] = gr.update(value=value)
+    return [updates.get(c._id, gr.update()) for c in filled]
 
 
 def _fig_updates(figures) -> list:
@@ -156,7 +215,7 @@ def parse_link(params: dict, comps: dict[str, dict]) -> tuple[int | None, str | 
         return None, None, {}, [f"no tab {key!r} (one of {', '.join(TABS)})"]
     values = {}
     for name, raw in params.items():
-        if name in ("tab", "__theme"):
+        if name == "tab" or name in PAGE_PARAMS:
             continue
         comp = comps[key].get(name)
         if comp is None:
@@ -169,110 +228,66 @@ def parse_link(params: dict, comps: dict[str, dict]) -> tuple[int | None, str | 
     return None, key, values, problems
 
 
-# ---- exports ------------------------------------------------------------------------------------
-def _export_choices(key: str, plots: list, tables: list) -> list[tuple[str, str]]:
-    out = [(f"Table · {t.label or t.elem_id or i} (CSV)", f"table:{i}") for i, t in enumerate(tables)]
-    out += [(f"Plot · {p.label or p.elem_id or i} (HTML)", f"plot:{i}") for i, p in enumerate(plots)]
-    if key == "soup":
-        out.insert(0, ("Skill map · Embedding Projector (vectors + metadata TSV)", "projector"))
-    if key == "landscape":
-        out.insert(0, ("Landscape grids · Soup and CASO planes (CSV: alpha, beta, loss)", "grid"))
-    return out
-
-
-def export_files(res: Resources, key: str, which: str, plots: list, tables: list, data) -> list[str]:
-    """Write what `which` names (from the tab's own values on screen) into a fresh folder; the paths."""
-    folder = Path(tempfile.mkdtemp(prefix=f"picaso-{key}-"))
-    if which == "projector":
-        if not isinstance(data, dict) or "layer" not in data:
-            raise gr.Error("Draw the skill map first: the export is the map on screen.")
-        lib = lab_for(res).library()
-        x = lib.unit_features(int(data["layer"]), data["part"])
-        projector_tsv(x, lib.tasks, int(data["layer"]), SHOTS, folder, stem=f"soup_layer{data['layer']}_{data['part']}")
-        return sorted(str(p) for p in folder.iterdir())
-    if which == "grid":
-        if not isinstance(data, dict) or "soup" not in data:
-            raise gr.Error("Compute the landscape first: the export is the grid on screen.")
-        return [landscape_csv(data[p], folder / f"landscape_{p}.csv") and str(folder / f"landscape_{p}.csv")
-                for p in ("soup", "caso")]
-    kind, _, i = which.partition(":")
-    if kind == "table":
-        frame = tables[int(i)]
-        if not isinstance(frame, pd.DataFrame) or frame.empty:
-            raise gr.Error("This table is empty: run the tab first.")
-        path = folder / "table.csv"
-        table_csv(frame, path)
-        return [str(path)]
-    if kind == "plot":
-        value = plots[int(i)]
-        plot = getattr(value, "plot", None) if value is not None else None
-        if not plot:
-            raise gr.Error("This plot is empty: run the tab first.")
-        path = folder / "figure.html"
-        figure_html(pio.from_json(plot, skip_invalid=True), path)
-        return [str(path)]
-    raise gr.Error(f"nothing to export as {which!r}")
-
-
-def render_exports(res: Resources, key: str, tab_block) -> None:
-    """An Export accordion at the end of a tab: every table as CSV, every plot as standalone HTML."""
-    comps = list(descendants(tab_block))
-    plots = [c for c in comps if isinstance(c, gr.Plot)]
-    tables = [c for c in comps if isinstance(c, gr.Dataframe)]
-    data = None
-    if key == "soup":
-        data = next((c for c in comps if isinstance(c, gr.JSON) and c.label == "Map data"), None)
-    if key == "landscape":
-        data = next((c for c in comps if isinstance(c, gr.JSON) and c.label == "Landscape data"), None)
-    choices = _export_choices(key, plots, tables)
-    if not choices:
-        return
-    with gr.Accordion("Export: tables as CSV, plots as HTML", open=False, elem_id=f"{key}-export"):
-        with gr.Row():
-            which = gr.Dropdown(choices, value=choices[0][1], label="What", scale=3, elem_id=f"{key}-export-what")
-            button = gr.Button("Export", scale=0, min_width=100, elem_id=f"{key}-export-run")
-        files = gr.File(label="Download", file_count="multiple", interactive=False, elem_id=f"{key}-export-files")
-
-    def run(which, *values):
-        p, t = values[:len(plots)], values[len(plots):len(plots) + len(tables)]
-        d = values[-1] if data is not None else None
-        return export_files(res, key, which, list(p), list(t), d)
-
-    # serialising what is on screen: no model work, so it never waits behind the model pool
-    button.click(run, [which, *plots, *tables, *([data] if data is not None else [])], files,
-                 api_visibility="private", **LIGHT)
-
-
 # ---- wiring -------------------------------------------------------------------------------------
-def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_blocks: dict) -> None:
-    """The tour's, the links' and the API's events. tab_blocks: tab key -> its rendered gr.Tab."""
+def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_blocks: dict):
+    """The tour's, the links' and the API's events. tab_blocks: tab key -> its rendered gr.Tab. Returns
+    the links' gate: the page-load event that ends once a link's figure is drawn (layout.defer_loads)."""
     comps = {key: find(block, key) for key, block in tab_blocks.items()}
     flat = [(key, name, c) for key, found in comps.items() for name, c in found.items()]
-    outs = [ui.bar, ui.title, ui.text, *ui.figs, ui.table, ui.step, tabs, ui.current, *(c for _, _, c in flat)]
+    # the tabs' own outputs a step or a tab's opening fills (tour.runs.View.endpoint)
+    spots = endpoint_outputs(demo, {e for names in ENDPOINTS.values() for e in names})
+    filled = list({id(c): c for comps_, _ in spots.values() for c in comps_ if not isinstance(c, gr.State)}.values())
+    opened = gr.State([])  # the tabs this visitor has seen filled (by their opening, a step or a link)
+    outs = [ui.bar, ui.title, ui.text, *ui.figs, ui.table, ui.step, tabs, ui.current, *(c for _, _, c in flat),
+            *filled, opened]
 
     def tab_updates(key: str | None, values: dict) -> list:
         return [gr.update(value=values[name]) if k == key and name in values else gr.update() for k, name, _ in flat]
 
-    def show(n, live=False):
+    def show(n, live=False, seen=()):
         o = step_outputs(res, n, live)
-        return [gr.update(elem_classes=BAR_ON), o["title"], o["text"], *_fig_updates(o["figures"]), _table_update(o["table"]),
-                o["n"], gr.Tabs(selected=o["tab"]), o["tab"], *tab_updates(o["tab"], o["values"])]
+        fills = fill_outputs(filled, spots, [(o["endpoint"], o["outputs"])] if o["outputs"] else [], o["marker"])
+        return [gr.update(elem_classes=BAR_ON), o["title"], o["text"], *_fig_updates(o["figures"]),
+                _table_update(o["table"]), o["n"], gr.Tabs(selected=o["tab"]), o["tab"],
+                *tab_updates(o["tab"], o["values"]), *fills, sorted({*(seen or ()), o["tab"]})]
+
+    def opening(key: str, seen) -> list:
+        """Tab `key`'s opening values, once per visitor (a tab already filled keeps what it shows)."""
+        if key in (seen or ()) or key not in tour.OPENINGS:
+            return [gr.skip()] * (len(filled) + 1)
+        results, marker = opening_values(res, key)
+        if not results and marker:  # not built yet: said where the result will appear, asked again next time
+            comps_ = [c for e in ENDPOINTS.get(tour.OPENINGS[key][0].run, ()) for c in spots.get(e, ([], ""))[0]]
+            first = next((c for c in comps_ if isinstance(c, gr.Markdown)), None)
+            return [gr.update(value=f"<small>{marker}</small>") if c is first else gr.update() for c in filled] + [
+                gr.skip()]
+        return fill_outputs(filled, spots, results, marker) + [sorted({*(seen or ()), key})]
 
     ev = dict(api_visibility="private", show_progress="minimal", **LIGHT)
-    ui.start.click(lambda: show(1), None, outs, **ev)
-    ui.next.click(lambda n: show(n + 1), ui.step, outs, **ev)
-    ui.prev.click(lambda n: show(n - 1), ui.step, outs, **ev)
+    ui.start.click(lambda seen: show(1, seen=seen), opened, outs, **ev)
+    ui.next.click(lambda n, seen: show(n + 1, seen=seen), [ui.step, opened], outs, **ev)
+    ui.prev.click(lambda n, seen: show(n - 1, seen=seen), [ui.step, opened], outs, **ev)
     # a live run computes: it waits its turn in the model pool with the tabs' model-bound work
-    ui.live.click(lambda n: show(n, live=True), ui.step, outs, api_visibility="private", **MODEL)
+    ui.live.click(lambda n, seen: show(n, live=True, seen=seen), [ui.step, opened], outs, api_visibility="private",
+                  **MODEL)
     ui.close.click(lambda: gr.update(elem_classes=BAR_OFF), None, ui.bar, **ev)
+    # a tab opens on its precomputed result the first time it is shown (not with the page: its load stays light)
     for key, block in tab_blocks.items():
-        block.select(lambda k=key: k, None, ui.current, **ev)
+        block.select(lambda seen, k=key: [k, *opening(k, seen)], opened, [ui.current, *filled, opened], **ev)
 
     def copy(key, *values):
-        mine = [(n, v) for (k, n, _), v in zip(flat, values) if k == key]
+        if key not in TABS or len(values) != len(flat):
+            raise bad_input("Copy link takes the inputs of the tab on screen, as the page sends them", "Copy link")
+        mine = []
+        for (k, n, c), v in zip(flat, values):
+            try:
+                mine += [(n, raw_value(c, v))] if k == key else []
+            except ValueError as e:  # one line, not Gradio's traceback and its list of every choice
+                raise bad_input(f"Copy link: {n} must be {e}", "Copy link") from None
         return copy_link(res, key, [n for n, _ in mine], *[v for _, v in mine])
 
-    ui.copy.click(copy, [ui.current, *(c for _, _, c in flat)], ui.link, **ev).then(
+    # the page's raw values, checked by raw_value (preprocess=False)
+    ui.copy.click(copy, [ui.current, *(c for _, _, c in flat)], ui.link, preprocess=False, **ev).then(
         None, ui.link, ui.link, js=COPY_JS)
 
     def restore(request: gr.Request):
@@ -284,10 +299,13 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
             return [*show(step), ""]
         # the hidden bar's plots get an empty figure: plotly.js loads with the page, not on the first step
         blank = [PLACEHOLDER] * N_FIGS
-        if key is None:
-            return [gr.skip(), gr.skip(), gr.skip(), *blank] + [gr.skip()] * (len(outs) - 3 - N_FIGS) + [""]
+        if key is None:  # the landing tab (Compose) opens on its precomputed result
+            head = [gr.skip(), gr.skip(), gr.skip(), *blank] + [gr.skip()] * (len(outs) - 3 - N_FIGS - len(filled) - 1)
+            return head + opening(LANDING, []) + [""]
+        # a link's tab: its run button is pressed with the link's inputs
         return ([gr.skip(), gr.skip(), gr.skip(), *blank, gr.skip(), gr.skip(),
-                 gr.Tabs(selected=key), key, *tab_updates(key, values)] + [TABS[key].run or ""])
+                 gr.Tabs(selected=key), key, *tab_updates(key, values)] + [gr.skip()] * len(filled) + [[key]]
+                + [press_target(key)])
 
     def reapply(request: gr.Request):
         """The restored text boxes again, after the tabs' own load events (which fill in their example)."""
@@ -295,15 +313,20 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
         _, key, values, _ = parse_link(params, comps)
         return tab_updates(key, values)
 
-    demo.load(restore, None, [*outs, ui.press], **ev).then(
+    # the link's figure is the page's first work: the page's other load events wait for the gate, the
+    # last of these (layout.defer_loads)
+    gate = demo.load(restore, None, [*outs, ui.press], **ev).then(
         reapply, None, [c for _, _, c in flat], **ev).then(None, ui.press, None, js=PRESS_JS)
 
     def tour_step(step: int) -> dict:
         """One step of the guided tour (1-based) as plain data: title, tab, inputs, text, cached, seconds."""
         return tour.tour_step(res, step)
 
-    # a read of the cache: answered at once, not behind the queue's model-bound jobs
-    gr.api(tour_step, api_name="tour_step", queue=False)
+    # a read of the cache: answered at once, not behind the queue's model-bound jobs. LIGHT too: an API
+    # call (gradio_client, /call) still goes through the queue, where "default" was a group of its own
+    # limited to --workers at once (a room of visitors stepping the tour waited two at a time)
+    gr.api(tour_step, api_name="tour_step", queue=False, **LIGHT)
+    return gate
 
 
 # Copy the link (query string from the server) as a full address, and show it.
@@ -315,7 +338,20 @@ COPY_JS = """
   return url;
 }
 """
-# After a link is restored: press the tab's run button, once the inputs have settled.
+# After a link is restored: press the tab's run button, once the inputs have settled ("run-id figure-id",
+# links.press_target); then wait (at most GATE_S) for the link's figure, the tour bar's or the run's,
+# to be drawn (layout.JS stamps window.__pxDrawn), so that the page's other load events come after it.
+GATE_S = 8
 PRESS_JS = """
-(id) => { if (id) setTimeout(() => { const b = document.getElementById(id); if (b) b.click(); }, 400); }
-"""
+(press) => new Promise((done) => {
+  const [run, fig] = (press || '').split(' '), t0 = performance.now();
+  const bar = document.getElementById('tour-bar');
+  const step = bar && !bar.classList.contains('px-off') && document.getElementById('tour-fig-0');
+  const target = step ? 'tour-fig-0' : fig, since = step ? 0 : t0;
+  if (run) setTimeout(() => { const b = document.getElementById(run); if (b) b.click(); }, 400);
+  if (!target) { done(); return; }
+  const wait = () => ((window.__pxDrawn || {})[target] > since || performance.now() - t0 > GATE_MS)
+    ? done() : setTimeout(wait, 50);
+  wait();
+})
+""".replace("GATE_MS", str(GATE_S * 1000))

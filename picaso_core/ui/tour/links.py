@@ -13,12 +13,15 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
+from picaso_core.ui.errors import normalise
+
 
 @dataclass(frozen=True)
 class TabLinks:
     title: str  # the tab's TITLE
     inputs: dict  # link parameter -> the input's elem_id, else its label
     run: str | None = None  # elem_id of the button a restored link presses (None: too slow to press unasked)
+    figure: str | None = None  # elem_id of the plot that run draws: the link's figure, drawn before the page's rest
     derived: dict = field(default_factory=dict)  # parameter -> its example-derived twins (query, continuation)
 
 
@@ -26,16 +29,16 @@ TABS: dict[str, TabLinks] = {
     "compose": TabLinks("Compose & compare", {
         "example": "compose-example", "query": "compose-query", "continuation": "compose-continuation",
         "k": "Contexts to retrieve (k)", "most_relevant_last": "Most relevant last",
-        "max_new_tokens": "Tokens to generate per method", "model": "compose-model"}, "compose-run"),
+        "max_new_tokens": "Tokens to generate per method", "model": "compose-model"}, "compose-run", "compose-plot"),
     "soup": TabLinks("State soup", {
         "layer": "soup-layer", "part": "State part", "method": "Projection", "dim": "Dimensions",
-        "demos": "soup-demos", "w": "soup-w"}, "soup-run"),
+        "demos": "soup-demos", "w": "soup-w"}, "soup-run", "soup-map"),
     "landscape": TabLinks("Loss landscape", {
         "sample": "landscape-sample", "steps": "Grid steps per axis", "pair": "landscape-pair", "view": "View"},
-        "landscape-run"),
+        "landscape-run", "landscape-soup"),
     "attribution": TabLinks("Attribution", {
         "example": "attribution-example", "query": "attribution-query", "answer": "attribution-answer",
-        "k": "k: contexts to retrieve when none are picked"}, "attribution-run"),
+        "k": "k: contexts to retrieve when none are picked"}, "attribution-run", "attribution-bars"),
     "benchmarks": TabLinks("Benchmarks", {
         "samples": "bench-samples", "ks": "bench-ks", "retriever": "bench-retriever"}),
     "finetune": TabLinks("Fine-tuning", {
@@ -47,6 +50,17 @@ TABS: dict[str, TabLinks] = {
 }
 # Inputs an example fills in: a link names the example alone when they are still the example's own.
 FROM_EXAMPLE = {"compose": ("query", "continuation"), "attribution": ("query", "answer")}
+
+
+# query parameters of the page itself, not of a tab: the theme (Gradio's) and talk mode (layout.JS)
+PAGE_PARAMS = ("__theme", "talk")
+
+
+def press_target(key: str) -> str:
+    """What a restored link of tab `key` presses and then waits for: "run-button-id figure-id" (the
+    page's script splits it), "" for a tab whose run is too slow to press unasked."""
+    t = TABS[key]
+    return f"{t.run} {t.figure or ''}".strip() if t.run else ""
 
 
 def tab_key(title: str) -> str | None:
@@ -94,6 +108,35 @@ def coerce(comp, raw: str):
     return raw
 
 
+def raw_value(comp, value, max_chars: int = 4000):
+    """A value the page sent for one of a link's inputs (the Copy link event runs with
+    preprocess=False: Gradio's own checks answer a bad value with a traceback and every choice
+    listed), checked against its component: the value, or ValueError saying what it takes."""
+    if value is None:
+        return None
+    if isinstance(comp, (gr.Slider, gr.Number)):
+        lo, hi = getattr(comp, "minimum", None), getattr(comp, "maximum", None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or (
+                lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ValueError(f"a number{f' from {lo:g} to {hi:g}' if lo is not None and hi is not None else ''}")
+        return value
+    if isinstance(comp, gr.Checkbox):
+        if not isinstance(value, bool):
+            raise ValueError("true or false")
+        return value
+    if isinstance(comp, (gr.Radio, gr.Dropdown)):
+        values = {str(c[1] if isinstance(c, (tuple, list)) else c) for c in (comp.choices or [])}
+        many = value if getattr(comp, "multiselect", False) and isinstance(value, list) else [value]
+        custom = isinstance(comp, gr.Dropdown) and comp.allow_custom_value
+        if not all(isinstance(v, (str, int, float)) and (custom or str(v) in values) and len(str(v)) <= max_chars
+                   for v in many):
+            raise ValueError(f"one of its {len(values)} choices")
+        return value
+    if not isinstance(value, str) or len(value) > max_chars:
+        raise ValueError(f"text of at most {max_chars:,} characters")
+    return value
+
+
 def link_query(key: str, values: dict, example_fill=None) -> str:
     """`?tab=key&name=value...` for a tab's current values. `example_fill(example) -> dict` gives the
     inputs an example fills in: while they are unchanged the link names the example alone, once edited
@@ -114,4 +157,4 @@ def _text(v) -> str:
         return "true" if v else "false"
     if isinstance(v, float) and v == int(v):
         return str(int(v))
-    return str(v)
+    return normalise(str(v))  # a lone surrogate cannot be URL-encoded (UTF-8): it made a traceback

@@ -37,12 +37,14 @@ button:disabled {{opacity: 0.4; cursor: default}}
 table {{border-collapse: collapse; font-size: 0.9em; margin: 6px 0 14px}}
 th, td {{border: 1px solid #e2e8f0; padding: 3px 8px; text-align: left}} th {{background: #f8fafc}}
 .live {{font-size: 0.9em}}
+#notice {{background: #fef3c7; border: 1px solid #f59e0b; border-radius: 8px; padding: 6px 12px; margin: 8px 0}}
 </style></head>
 <body>
 <header><h1>PICASO Explorer: the tour</h1>
 <span id="where"></span>
 <button id="prev" onclick="go(cur - 1)">&larr; Previous</button>
 <button id="next" onclick="go(cur + 1)">Next &rarr;</button></header>
+<p id="notice" role="alert" hidden></p>
 <main>
 {steps}
 </main>
@@ -71,8 +73,22 @@ document.addEventListener('keydown', (e) => {{
   if (e.key === 'ArrowRight') go(cur + 1);
   if (e.key === 'ArrowLeft') go(cur - 1);
 }});
-const m = /^#step-(\\d+)$/.exec(location.hash);
-go(m ? Math.min(Math.max(parseInt(m[1]) - 1, 0), steps.length - 1) : 0);
+// the step to open: #step-N (what Previous / Next write, so a reload stays), else ?step=N (the app's
+// links); one that is not a step says so and opens step 1
+const hash = /^#step-(.*)$/.exec(location.hash);
+const asked = hash ? hash[1] : new URLSearchParams(location.search).get('step');
+let start = 0;
+if (asked !== null) {{
+  const n = /^\\s*\\d+\\s*$/.test(asked) ? parseInt(asked, 10) : NaN;
+  if (n >= 1 && n <= steps.length) start = n - 1;
+  else {{
+    const note = document.getElementById('notice');
+    note.textContent = 'No step ' + JSON.stringify(asked).slice(0, 40) + ' in this tour: a step is a whole number '
+      + 'from 1 to ' + steps.length + '. Showing step 1.';
+    note.hidden = false;
+  }}
+}}
+go(start);
 </script>
 </body></html>
 """

@@ -18,6 +18,7 @@ import pytest
 from picaso_core.assets import ASSETS
 from picaso_core.ui.tour import exports as export
 from picaso_core.ui.tour.controls import _export_choices, export_files
+from picaso_core.ui.tour.downloads import Exports, file_stem
 
 
 def _frame():
@@ -92,21 +93,24 @@ class _Plot:  # what gr.Plot hands a handler: its plotly JSON in .plot
 def test_the_tabs_export_handler_writes_what_is_on_screen(tmp_path):
     frame = _frame()
     fig = go.Figure(go.Scatter(x=[1, 2], y=[3.14159, 2.71828]))
-    [csv_path] = export_files(None, "compose", "table:0", [], [frame], None)
+    store = Exports(tmp_path / "exports")
+    [csv_path] = export_files(None, "compose", "table:0", [], [frame], None, "demo-test-r0003", store)
     assert list(pd.read_csv(csv_path).columns) == list(frame.columns)
-    [html_path] = export_files(None, "compose", "plot:0", [_Plot(fig)], [], None)
-    assert "3.14159" in open(html_path).read()
+    assert csv_path.endswith(f"{file_stem('compose', 'demo-test-r0003')}-table.csv")
+    [html_path] = export_files(None, "compose", "plot:0", [_Plot(fig)], [], None, store=store, what="loss")
+    assert "3.14159" in open(html_path).read() and html_path.endswith(f"{file_stem('compose')}-figure-loss.html")
     data = json.loads((ASSETS / "demo_data" / "landscape_default.json").read_text())
-    paths = export_files(None, "landscape", "grid", [], [], data)
-    assert [p.rsplit("/", 1)[1] for p in paths] == ["landscape_soup.csv", "landscape_caso.csv"]
+    paths = export_files(None, "landscape", "grid", [], [], data, "average", store)
+    assert [p.rsplit("/", 1)[1] for p in paths] == [f"{file_stem('landscape', 'average')}-landscape-{p}.csv"
+                                                    for p in ("soup", "caso")]
     import gradio as gr
 
     with pytest.raises(gr.Error, match="run the tab first"):
-        export_files(None, "compose", "table:0", [], [pd.DataFrame(columns=["a"])], None)
+        export_files(None, "compose", "table:0", [], [pd.DataFrame(columns=["a"])], None, store=store)
     with pytest.raises(gr.Error, match="Compute the landscape first"):
-        export_files(None, "landscape", "grid", [], [], None)
+        export_files(None, "landscape", "grid", [], [], None, store=store)
     with pytest.raises(gr.Error, match="Draw the skill map first"):
-        export_files(None, "soup", "projector", [], [], {})
+        export_files(None, "soup", "projector", [], [], {}, store=store)
     plot, table = gr.Plot(label="Skill map", render=False), gr.Dataframe(label="Runs", render=False)
     choices = dict((v, k) for k, v in _export_choices("soup", [plot], [table, table]))
     assert list(choices)[0] == "projector" and {"table:0", "table:1", "plot:0"} <= set(choices)
@@ -124,7 +128,9 @@ def test_projector_export_of_the_soup_map_on_screen(tiny_model_dir, tmp_path):
                          embedder=BagOfWords(), log=lambda s: None)
     *_, data, _, _ = soup_map(res, layer=1, part="ssm", method="pca", dim=2)
     vec_path, meta_path = sorted(export_files(res, "soup", "projector", [], [], data), reverse=True)
-    assert vec_path.endswith("soup_layer1_ssm_vectors.tsv") and meta_path.endswith("soup_layer1_ssm_metadata.tsv")
+    stem = file_stem("soup", "layer1-ssm")
+    assert vec_path.endswith(f"{stem}-projector_vectors.tsv") and meta_path.endswith(f"{stem}-projector_metadata.tsv")
+    assert vec_path.startswith(str(tmp_path / "c" / "exports"))  # under the app's cache folder
     vectors = [line.split("\t") for line in open(vec_path).read().strip("\n").split("\n")]
     meta = list(csv.reader(open(meta_path), delimiter="\t"))
     assert len(vectors) == len(data["coords"]) and len(meta) == len(data["coords"]) + 1
