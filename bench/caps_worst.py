@@ -153,7 +153,7 @@ def main(argv=None) -> None:
         tm("/primer_model: 256 tokens", lambda: P.model_view(res, fit(P.MAX_TEXT_TOKENS)))
         tm("/primer_attention: 128 tokens", lambda: P.attention_view(res, fit(P.MAX_M_TOKENS)))
         most = cap("/primer_complexity")
-        for lengths in ("256, 512, 1024, 2048, 4096, 8192", f"256, {min(P.MAX_LENGTH, most - 256)}"):
+        for lengths in (", ".join(str(most >> i) for i in range(P.MAX_LENGTHS)), f"256, {most}"):
             tm(f"/primer_complexity: {lengths}", lambda: P.complexity(res, lengths, True))
     if "benchmarks" in which:
         for n, ks in ((5, f"0-{B.MAX_K}"), (cap(B.ENDPOINT) // (4 * len(B.METHODS)), "0,1,2,5")):

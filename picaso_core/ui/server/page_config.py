@@ -23,13 +23,23 @@ What each entry rests on, as the frontend of the installed Gradio reads it:
   tests them for truth, with `?? null` / `|| []`, or a connection against "stream"); the four it
   never reads on an event (batching and streaming are the server's); `queue` true in an app whose
   events are queued by default.
+
+Two more things make a page cheap to serve many times: `PageCache` (the finished page and /config,
+kept per way they are asked) and `share_session_configs` (a new session's component configs,
+built once per app instead of once per visitor).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import weakref
+from collections import OrderedDict
+from copy import copy
 
 from gradio.blocks import Block
+from gradio.state_holder import SessionState
 from gradio_client.utils import SKIP_COMPONENTS, value_is_file
 
 # per component: its API schema as input and as output, and example inputs (see the module's doc)
@@ -152,3 +162,112 @@ class SlimConfig:
             await send({"type": "http.response.body", "body": body})
 
         await self.app(scope, receive, rewrite)
+
+
+PAGE_PATHS = ("/", "/config", "/config/")  # the page and its config: the same for every visitor asking the same way
+PAGE_CACHE_SIZE = 32
+# what the built response depends on besides path and query: Gradio's root URL and the gzip
+PAGE_HEADERS = (b"host", b"x-forwarded-host", b"x-forwarded-proto", b"accept-encoding")
+
+
+class PageCache:
+    """ASGI middleware, the outermost: the finished response (slimmed by SlimConfig, gzipped by
+    GZipMiddleware) of GET `/`, `/config` and `/config/`, kept per way it is asked (path, query,
+    scheme, root path, Host, X-Forwarded-Host/-Proto, Accept-Encoding), at most PAGE_CACHE_SIZE of
+    them, the oldest dropped first. Only a whole 200 response without a Set-Cookie is kept. Visitors
+    asking while the first one's is built wait for it instead of building it again.
+
+    Assumes the page and config do not change after launch: no gr.render, no auth (a login would
+    make them per visitor)."""
+
+    def __init__(self, app):
+        self.app = app
+        self.pages: OrderedDict[tuple, tuple[dict, bytes]] = OrderedDict()
+        self.building: dict[tuple, asyncio.Future] = {}
+
+    @staticmethod
+    def key(scope) -> tuple:
+        headers = dict(scope.get("headers") or ())
+        return (scope["path"], scope.get("query_string", b""), scope.get("scheme"), scope.get("root_path", ""),
+                *(headers.get(name) for name in PAGE_HEADERS))
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "GET" or scope["path"] not in PAGE_PATHS:
+            return await self.app(scope, receive, send)
+        key = self.key(scope)
+        pending = self.building.get(key)
+        if pending is not None and key not in self.pages:
+            await asyncio.shield(pending)  # the first visitor's build: wait for it
+            if key not in self.pages:  # it could not be kept (not 200, a cookie): build this one alone
+                return await self.app(scope, receive, send)
+        if key in self.pages:
+            start, body = self.pages[key]
+            await send(start)
+            return await send({"type": "http.response.body", "body": body})
+        done = self.building[key] = asyncio.get_running_loop().create_future()
+        start, chunks, whole = None, [], False
+
+        async def keep(message):
+            nonlocal start, whole
+            if message["type"] == "http.response.start":
+                start = message
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                whole = not message.get("more_body", False)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, keep)
+            if (whole and start is not None and start.get("status") == 200
+                    and not any(k.lower() == b"set-cookie" for k, _ in start.get("headers", ()))):
+                self.pages[key] = (start, b"".join(chunks))
+                while len(self.pages) > PAGE_CACHE_SIZE:
+                    self.pages.popitem(last=False)
+        finally:
+            del self.building[key]
+            done.set_result(None)
+
+
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Blocks -> (its blocks, shared configs)
+
+
+class _Shared(dict):
+    """A component's config shared by every session of an app: copied before a session changes it."""
+
+
+def share_session_configs() -> None:
+    """Build a new session's per-component configs once per app (per Blocks), not per session.
+
+    Gradio 6.31's `SessionState.__init__` builds `config_for_block` (API schemas included) for every
+    block of the app per new session. Here each session gets its own outer dict holding the app's
+    shared entries; `_update_value_in_config`, the one change Gradio makes to an entry in place,
+    copies it first (`_update_config` and `__setitem__` put in a new entry), so one session's values
+    never reach another's. Idempotent."""
+    if getattr(SessionState, "_picaso_shared", False):
+        return
+    own_update = SessionState._update_value_in_config
+
+    def __init__(self, blocks):
+        self.blocks_config = copy_config = copy(blocks.default_config)
+        shown = [(k, v) for k, v in copy_config.blocks.items() if k in blocks.blocks]
+        cached = _SHARED.get(blocks)
+        if cached is None or len(cached[0]) != len(shown) or any(
+                k != k0 or v is not v0 for (k, v), (k0, v0) in zip(shown, cached[0])):
+            cached = _SHARED[blocks] = (shown, {k: _Shared(copy_config.config_for_block(k, [], v)) for k, v in shown})
+        self.config_values = dict(cached[1])
+        self.state_data = {}
+        self._state_ttl = {}
+        self.is_closed = False
+        self.STATE_TTL_WHEN_CLOSED = 1 if os.getenv("GRADIO_IS_E2E_TEST", None) else 3600  # as Gradio's
+
+    def _update_value_in_config(self, key, value):
+        entry = self.config_values.get(key)
+        if isinstance(entry, _Shared):  # this session's own copy before it changes
+            entry = self.config_values[key] = dict(entry)
+            if isinstance(entry.get("props"), dict):
+                entry["props"] = dict(entry["props"])
+        return own_update(self, key, value)
+
+    SessionState.__init__ = __init__
+    SessionState._update_value_in_config = _update_value_in_config
+    SessionState._picaso_shared = True

@@ -22,6 +22,7 @@ import time
 
 import gradio as gr
 import torch
+from gradio import route_utils
 from gradio.components.plot import PlotData
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
@@ -30,7 +31,8 @@ from picaso_core import memory
 from picaso_core.store.format import CACHE_BYTES
 from picaso_core.ui.server import jobs
 from picaso_core.ui.server.busy import BUSY, BusyGate, Load  # noqa: F401  (BUSY: serving's API)
-from picaso_core.ui.server.page_config import UNREAD_KEYS, SlimConfig, slim_config  # noqa: F401  (serving's API)
+from picaso_core.ui.server.page_config import (UNREAD_KEYS, PageCache, SlimConfig,  # noqa: F401  (serving's API)
+                                                share_session_configs, slim_config)
 # the flags' settings and checks, light for app.py's --help: re-exported as serving's API
 from picaso_core.ui.server.settings import (DEFAULT_QUEUE_SIZE, DEFAULT_SESSIONS, DEFAULT_THREADS,  # noqa: F401
                                             DEFAULT_WORKERS, check, check_cache_mb, settings)
@@ -75,8 +77,10 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: in
     launch() keyword arguments that go with it."""
     check(workers, queue_size, max_sessions, threads=threads)
     torch.set_num_threads(job_threads(workers, threads))
-    demo.queue(default_concurrency_limit=workers, max_size=queue_size or None)
-    load = _say_busy(demo._queue, workers)
+    # Gradio's max_size would count light events too (a room's tour steps): the pool's bound is _say_busy's
+    demo.queue(default_concurrency_limit=workers, max_size=None)
+    load = _say_busy(demo._queue, workers, queue_size or None)
+    share_session_configs()  # a new session's configs built once, not per visitor (page_config)
     jobs.limit_jobs(demo, time_limits, POOL)  # each model-bound job under its endpoint's limit (None: the defaults)
     tune_allocator()
     in_background(_trim_every, TRIM_EVERY_S)
@@ -96,9 +100,12 @@ def compressed(load: Load | None = None) -> dict:
     (`page_config.SlimConfig`), and every response over 1 kB gzipped (the config travels as ~15% of its size).
     Starlette leaves text/event-stream (the queue's results) uncompressed, so streaming is not held
     back. With the queue's `load`, a join while the queue is full is refused first of all (`busy.BusyGate`;
-    PICASO_FAST_BUSY=0 leaves it to Gradio's route, as bench/burst.py --compare measures)."""
+    PICASO_FAST_BUSY=0 leaves it to Gradio's route, as bench/burst.py --compare measures). The page and its
+    config, the same for every visitor, are built, slimmed and gzipped once (`page_config.PageCache`;
+    PICASO_PAGE_CACHE=0: per request, for bench/room.py's comparison)."""
     gate = [Middleware(BusyGate, load=load)] if load is not None and os.environ.get("PICASO_FAST_BUSY") != "0" else []
-    return {"middleware": [*gate, Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig)]}
+    pages = [Middleware(PageCache)] if os.environ.get("PICASO_PAGE_CACHE") != "0" else []
+    return {"middleware": [*pages, *gate, Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig)]}
 
 
 def in_background(fn, *args) -> threading.Thread:
@@ -165,18 +172,30 @@ def lazy_figures(demo) -> int:
     return len(plots)
 
 
-def _say_busy(queue, workers: int) -> Load:
-    """Name the refusal (HTTP 503's detail) in words a visitor acts on, `busy.BUSY`: the gate
-    (`compressed`) sends it before Gradio's route runs; Gradio's own refusal (a join that passed the
-    gate as the last place was taken) says the same. Returns the queue's `Load` the gate reads."""
-    load, push = Load(queue, workers, POOL), queue.push
+def _say_busy(queue, workers: int, size: int | None = None) -> Load:
+    """Bound the model pool's waiting events at `size` (None: no bound) and name the refusal (HTTP
+    503's detail) in words a visitor acts on, `busy.BUSY`: the gate (`compressed`) sends it before
+    Gradio's route runs; a model-bound join that passed the gate as the last place was taken, or
+    came by /call/<api_name>, is refused here in the same words. Light events are never refused.
+    Returns the queue's `Load` the gate reads."""
+    load, push = Load(queue, workers, POOL, size), queue.push
 
-    async def push_or_busy(*args, **kwargs):
-        ok, detail, status = await push(*args, **kwargs)
+    async def push_or_busy(body, *args, **kwargs):
+        if size is not None and load.waiting() >= size and load.bound(_fn(queue, body)):
+            return False, load.message()[0], "queue_full"
+        ok, detail, status = await push(body, *args, **kwargs)
         return (ok, load.message()[0], status) if status == "queue_full" else (ok, detail, status)
 
     queue.push = push_or_busy
     return load
+
+
+def _fn(queue, body):
+    """The event a join names, or None (Gradio's push answers for a join it cannot place)."""
+    try:
+        return route_utils.get_fn(queue.blocks, None, body)
+    except Exception:  # noqa: BLE001  (an unknown event: push's own error)
+        return None
 
 
 _TRIM = threading.Lock()

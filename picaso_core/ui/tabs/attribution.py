@@ -203,7 +203,7 @@ def run_attribution(res: Resources, query: str, answer: str = "", k: int = 5, pi
                        f"{len(ids)} contexts; this app runs it for at most {PICCONCAT_MAX_CONTEXTS}.")
         if not methods:
             raise bad_input(skipped[-1] + " Pick fewer contexts or other methods.", ENDPOINT)
-    0 and budget.check(ENDPOINT, attribute_cost(res, query, answer, ids, methods, token_method, grain, way, ablations))
+    budget.check(ENDPOINT, attribute_cost(res, query, answer, ids, methods, token_method, grain, way, ablations))
     source = "given"
     if not answer.strip():
         progress(0.1, desc="generating the model's own answer from the PICASO-R composition")

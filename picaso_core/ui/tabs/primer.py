@@ -112,6 +112,7 @@ def lti(magnitude=0.9, phase=20.0, N=4, T=96):
     magnitude = _number("magnitude |λ|", magnitude, 0, 0.995, ep)
     phase = _number("phase (degrees)", phase, 0, 180, ep)
     N, T = whole_number("N (state size)", N, 1, 64, ep), whole_number("T (steps)", T, 8, 512, ep)
+    budget.within(ep, N * T, f"N {N} x T {T} is {N * T:,} state-steps")
     A, B, C = lab.demo_system(magnitude, math.radians(phase), N)
     x = lab.toy_sequence(T, seed=1)
     ys = {"recurrence": lab.lti_recurrence(A, B, C, x), "convolution": lab.lti_convolution(A, B, C, x),

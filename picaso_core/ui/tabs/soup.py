@@ -19,6 +19,7 @@ import pandas as pd
 
 from picaso_core.analysis import soup
 from picaso_core.session import Resources
+from picaso_core.ui import budget
 from picaso_core.ui.code import show_code
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.server.gpu import gpu
@@ -72,7 +73,7 @@ def render(res: Resources) -> None:
                 "k-shot query is of the query's task, per layer; and whether a soup of states answers as well "
                 "as reading all the demonstrations at once.")
     with gr.Row():
-        queries = gr.Slider(1, 20, value=4, step=1, label="Queries per task and k")
+        queries = gr.Slider(1, budget.CAPS["/soup_mixing"].most, value=4, step=1, label="Queries per task and k")
         curves_part = gr.Radio([("SSM state", "ssm"), ("conv state", "conv")], value="ssm", label="Retrieve by")
         curves = gr.Button("Run retrieval and mixing", variant="primary", elem_id="soup-curves-run")
     ret_fig = gr.Plot(label="Retrieval accuracy vs k", elem_id="soup-retrieval")

@@ -57,7 +57,7 @@ def test_job_past_its_limit_stopped_and_its_worker_free(hostile_app, client):
     def heavy(c):
         t0 = time.perf_counter()
         try:
-            c.predict(sample="average", steps=41, pair="u1-u2", view="contour", api_name="/landscape")
+            c.predict(sample="demo-test-r0000", steps=41, pair="u1-u2", view="contour", api_name="/landscape")
             return "answered", time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001  (the stop is the visitor's error)
             return str(e), time.perf_counter() - t0

@@ -8,12 +8,16 @@ middleware (what app.py launches with), so the test goes through the slimming th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
 
 import gradio as gr
 import pytest
+from gradio.state_holder import SessionState
+
+from picaso_core.ui.server.page_config import PageCache, share_session_configs
 
 FRONTEND = Path(gr.__file__).parent / "templates" / "frontend" / "assets"
 
@@ -152,3 +156,70 @@ def test_the_chain_settings_are_kept_with_their_values(configs):
     # every setting this test set reaches the browser somewhere with the value Gradio gave it
     for key in MUST_REACH:
         assert any(key in d for d in slim["dependencies"]), key
+
+
+def test_a_new_session_starts_from_the_configs_gradio_builds_and_keeps_its_own_values():
+    with gr.Blocks() as demo:
+        box = gr.Textbox("a")
+        gr.Markdown("hello")
+        gr.State(1)
+    # what Gradio 6.31's own __init__ builds (this process's SessionState may be patched already)
+    gradio_own = SessionState(demo)
+    built = {k: demo.default_config.config_for_block(k, [], v) for k, v in demo.default_config.blocks.items()
+             if k in demo.blocks}
+    share_session_configs()
+    share_session_configs()  # idempotent: a second call changes nothing
+    first, second, third = SessionState(demo), SessionState(demo), SessionState(demo)
+    for state in (first, second, third):
+        assert set(vars(state)) == set(vars(gradio_own)) == {"blocks_config", "config_values", "state_data",
+                                                              "_state_ttl", "is_closed", "STATE_TTL_WHEN_CLOSED"}
+        assert state.config_values == gradio_own.config_values == built and box._id in built
+        assert state.blocks_config.blocks == gradio_own.blocks_config.blocks
+        assert (state.state_data, state._state_ttl, state.is_closed) == ({}, {}, False)
+        assert state.STATE_TTL_WHEN_CLOSED == gradio_own.STATE_TTL_WHEN_CLOSED
+    assert first.config_values is not second.config_values  # each its own outer dict
+    second._update_value_in_config(box._id, "changed")
+    assert second.config_values[box._id]["props"]["value"] == "changed"
+    for state in (first, third, SessionState(demo)):
+        assert state.config_values[box._id]["props"]["value"] == "a"
+    assert gradio_own.config_values[box._id]["props"]["value"] == "a"
+
+
+def test_the_page_is_built_once_for_visitors_who_ask_the_same_way():
+    builds = []
+
+    async def page(scope, receive, send):
+        builds.append(scope["path"])
+        await asyncio.sleep(0.05)  # the others arrive while this one is built
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]})
+        await send({"type": "http.response.body", "body": f"page {len(builds)}".encode(), "more_body": True})
+        await send({"type": "http.response.body", "body": b"!"})
+
+    cache = PageCache(page)
+
+    async def get(path, host=b"a.example"):
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request", "body": b""}
+
+        scope = {"type": "http", "method": "GET", "path": path, "query_string": b"", "scheme": "http",
+                 "root_path": "", "headers": [(b"host", host), (b"accept-encoding", b"gzip")]}
+        await cache(scope, receive, send)
+        assert sent[0]["status"] == 200
+        return b"".join(m.get("body", b"") for m in sent[1:])
+
+    async def visit():
+        same = await asyncio.gather(*(get("/") for _ in range(5)))
+        assert same == [b"page 1!"] * 5 and builds == ["/"]
+        assert await get("/") == b"page 1!" and builds == ["/"]
+        assert await get("/", host=b"b.example") == b"page 2!" and len(builds) == 2  # another Host: its own
+        assert await get("/config") == b"page 3!" and await get("/config") == b"page 3!"
+        for _ in range(2):
+            await get("/gradio_api/info")
+        assert builds == ["/", "/", "/config", "/gradio_api/info", "/gradio_api/info"]  # other paths never kept
+
+    asyncio.run(visit())
