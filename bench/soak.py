@@ -78,6 +78,17 @@ def mix_calls(samples, k: int, labelled=()) -> list[dict]:
         if i % 16 == 0:
             out.append(dict(chunk_tokens=100, documents=4, api_name="/soup_decay"))
             out.append(dict(steps=50, seconds=5, api_name="/coffee_train"))
+            out.append(dict(steps=50, train="embedding", api_name="/coffee_ih0"))
+            out.append(dict(n_samples=2, methods=["loi", "picaso_r"], api_name="/attribution_precision"))
+            out.append(dict(samples=1, ks="0,1", methods=["concat", "picaso_r"], api_name="/benchmarks"))
+            out.append(dict(queries=1, part="ssm", api_name="/soup_retrieval"))
+            out.append(dict(lengths="256, 512", one_thread=True, api_name="/primer_complexity"))
+            out.append(dict(magnitude=0.9, phase=20, N=4, T=96, api_name="/primer_lti"))
+            out.append(dict(selectivity=0.5 + (i // 16 % 2), api_name="/primer_selective"))
+        if i % 40 == 0:  # the slowest view (~50 s of fixed work a call on 2 loaded cores): rarely
+            out.append(dict(queries=1, api_name="/soup_mixing"))
+            out.append(dict(objective="bptc", steps=2, k_max=2, lr=3e-4, api_name="/finetune"))
+            out.append(dict(api_name="/finetune_cancel"))
     return out
 
 
@@ -187,7 +198,8 @@ def main() -> None:
 
     every = load_corpus(args.corpus, args.split).samples
     samples = every[: args.queries]
-    labelled = [s for s in every if s.kind == "qa" and s.gold_ids and s.contexts][: max(1, args.queries // 4)]
+    qa = load_corpus(args.corpus, args.split, kind="qa").samples if args.corpus == "demo" else every  # attribution's
+    labelled = [s for s in qa if s.gold_ids and s.contexts][: max(1, args.queries // 4)]
     env = dict(kv.split("=", 1) for kv in args.app_env)
     with tempfile.TemporaryDirectory() as tmp:
         proc = log = None

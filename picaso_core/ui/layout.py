@@ -94,6 +94,8 @@ body.px-large .gradio-container .prose {font-size:19px}
 /* plotly's toolbar in a strip of its own above each figure (28 px, layout.JS's STRIP): never over a title or legend */
 .js-plotly-plot .plot-container .svg-container {margin-top:28px}
 .js-plotly-plot .modebar-container {top:-28px !important}
+#px-busy {display:none; position:fixed; top:8px; left:50%; transform:translateX(-50%); z-index:1000;
+  padding:8px 16px; border-radius:8px; background:var(--color-accent); color:white; font-weight:600}
 /* #px-head holds the header, the controls and the tour bar, one per line; in talk mode (body.px-talkmode:
    the tour on screen or ?talk=1) the header folds to one line, the title and the model beside the controls */
 #px-head {flex-wrap:wrap; align-items:center; gap:4px 14px}
@@ -122,6 +124,30 @@ body.px-talkmode #tour-text {max-height:24vh; overflow-y:auto}
 # slider / radio change; clicks inside a toast (its own close button) are left alone.
 JS = """
 () => {
+  // A refused job (the queue is full: HTTP 503 from the busy gate, picaso_core/ui/server/busy.py) shows
+  // the app's own words, "busy: N jobs ahead, try again in about S s", above Gradio's generic toast.
+  const fetch0 = window.fetch;
+  window.fetch = async (...args) => {
+    const r = await fetch0(...args);
+    const url = String((args[0] && args[0].url) || args[0] || '');
+    if (r.status === 503 && url.includes('/queue/join')) {
+      r.clone().json().then((body) => {
+        if (!body || typeof body.detail !== 'string') return;
+        let note = document.getElementById('px-busy');
+        if (!note) {
+          note = document.createElement('div');
+          note.id = 'px-busy';
+          note.setAttribute('role', 'status');
+          document.body.appendChild(note);
+        }
+        note.textContent = body.detail;
+        note.style.display = 'block';
+        clearTimeout(note._hide);
+        note._hide = setTimeout(() => { note.style.display = 'none'; }, 10000);
+      }).catch(() => {});
+    }
+    return r;
+  };
   const closeToasts = (e) => {
     if (e.target.closest && e.target.closest('[data-testid=toast-body]')) return;
     document.querySelectorAll('[data-testid=toast-body] .toast-close').forEach((b) => b.click());

@@ -6,7 +6,8 @@ about S s" (4 waiting + 2 running) and Retry-After S, sent by serving's gate bef
 reads the request (busy.BusyGate). Then, with the queue full, a burst of 40 gradio_client submits
 each raises QueueError (the client's own words for any 503) in under 0.5 s. The refusal is honest:
 the burst fills every place the queue has, no fewer; and with the queue full, the page, its config and a
-light event are still served (only the model pool's joins are bounded, issue 48.8).
+light event are still served (only the model pool's joins are bounded, issue 48.8), and a browser's
+click shows the app's message (the page reads the 503's detail: layout.JS), beside Gradio's own toast.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import httpx
 from conftest import tracebacks
 from gradio_client import Client
 from gradio_client.utils import QueueError
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 WORKERS, QUEUE = 2, 4  # conftest.HOSTILE_ARGV's --workers / --queue-size
 BURST = 40
@@ -83,7 +86,7 @@ def client_burst(clients: list[Client]) -> list[tuple[float, BaseException | Non
     return out
 
 
-def test_burst_refused_at_once_with_the_apps_message(hostile_app):
+def test_burst_refused_at_once_with_the_apps_message(hostile_app, browser):
     url = str(hostile_app)
     start = len(hostile_app.read_log())
     body = compose_join(url)
@@ -123,6 +126,12 @@ def test_burst_refused_at_once_with_the_apps_message(hostile_app):
             urllib.request.urlopen(url + path, timeout=30).read()
             assert time.perf_counter() - t0 < 3.0, path
         burst_clients[0].predict(api_name="/cache_stats")  # a light join: not refused (QueueError) as "busy"
+        # the browser: Gradio's frontend says only "busy"; the page shows the app's words from the 503
+        browser.get(url)
+        WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.ID, "compose-run"))
+        browser.find_element(By.ID, "compose-run").click()
+        WebDriverWait(browser, 15).until(lambda d: d.find_element(By.ID, "px-busy").is_displayed())
+        assert MESSAGE.fullmatch(browser.find_element(By.ID, "px-busy").text), browser.find_element(By.ID, "px-busy").text
     finally:
         for event_id, session in accepted:  # the burst's own joins leave the queue unrun
             httpx.post(url + "gradio_api/cancel", json={"event_id": event_id, "session_hash": session,
