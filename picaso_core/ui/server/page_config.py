@@ -271,3 +271,39 @@ def share_session_configs() -> None:
     SessionState.__init__ = __init__
     SessionState._update_value_in_config = _update_value_in_config
     SessionState._picaso_shared = True
+
+
+class HideUploadPaths:
+    """ASGI middleware: Gradio's upload route (`/gradio_api/upload`) answers with each stored file's
+    absolute path on the server (its temp folder). No component of this app takes a file, so no
+    client sends those paths back; the reply names each file by its last two parts (the folder Gradio
+    made for it and its name), and a visitor learns nothing of the server's folders."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "POST" or not scope["path"].endswith("/upload"):
+            return await self.app(scope, receive, send)
+        start, body = None, []
+
+        async def hold(message):
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+                return None
+            body.append(message.get("body", b""))
+            if message.get("more_body"):
+                return None
+            data = b"".join(body)
+            try:
+                paths = json.loads(data)
+                if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+                    data = json.dumps(["/".join(p.replace("\\", "/").split("/")[-2:]) for p in paths]).encode()
+            except ValueError:
+                pass  # not the list of paths (an error's text): sent as it is
+            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(data)).encode())]})
+            await send({"type": "http.response.body", "body": data})
+
+        await self.app(scope, receive, hold)

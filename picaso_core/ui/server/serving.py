@@ -31,7 +31,7 @@ from picaso_core import memory
 from picaso_core.store.format import CACHE_BYTES
 from picaso_core.ui.server import jobs
 from picaso_core.ui.server.busy import BUSY, BusyGate, Load  # noqa: F401  (BUSY: serving's API)
-from picaso_core.ui.server.page_config import (UNREAD_KEYS, PageCache, SlimConfig,  # noqa: F401  (serving's API)
+from picaso_core.ui.server.page_config import (UNREAD_KEYS, HideUploadPaths, PageCache, SlimConfig,  # noqa: F401  (serving's API)
                                                 share_session_configs, slim_config)
 # the flags' settings and checks, light for app.py's --help: re-exported as serving's API
 from picaso_core.ui.server.settings import (DEFAULT_QUEUE_SIZE, DEFAULT_SESSIONS, DEFAULT_THREADS,  # noqa: F401
@@ -105,7 +105,8 @@ def compressed(load: Load | None = None) -> dict:
     PICASO_PAGE_CACHE=0: per request, for bench/room.py's comparison)."""
     gate = [Middleware(BusyGate, load=load)] if load is not None and os.environ.get("PICASO_FAST_BUSY") != "0" else []
     pages = [Middleware(PageCache)] if os.environ.get("PICASO_PAGE_CACHE") != "0" else []
-    return {"middleware": [*pages, *gate, Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig)]}
+    return {"middleware": [*pages, *gate, Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig),
+                           Middleware(HideUploadPaths)]}  # an upload's reply names no server folder
 
 
 def in_background(fn, *args) -> threading.Thread:

@@ -176,6 +176,14 @@ def test_an_upload_over_the_limit_is_refused_and_not_kept(served):
     assert not kept, kept
 
 
+def test_an_upload_under_the_limit_is_named_without_its_server_folder(served):
+    r = requests.post(f"{served.url}gradio_api/upload", files={"files": ("small.txt", b"hello")}, timeout=60)
+    assert r.status_code == 200, r.text
+    names = r.json()
+    assert len(names) == 1 and names[0].endswith("/small.txt") and not names[0].startswith("/"), names
+    served.replies.append(r.text)  # test_no_reply_names_a_server_path looks in it too
+
+
 def test_no_reply_names_a_server_path(served):
     """Last in the module: every reply collected above, and the API's description."""
     served.replies.append(requests.get(f"{served.url}gradio_api/info", timeout=30).text)
