@@ -7,8 +7,10 @@
 Every flag also reads an environment variable (for a Hugging Face Space, where there is no command
 line): PICASO_MODEL, PICASO_CORPUS, PICASO_DATABASE, PICASO_SPLIT, PICASO_CACHE, PICASO_MAX_TOKENS,
 PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_DTYPE, PICASO_ENCODE_ALL, PICASO_STORE, PICASO_TOUR_PREBUILD, GRADIO_SERVER_NAME, and GRADIO_SERVER_PORT or PORT. A flag wins
-over its variable. Serving many visitors (--workers, --queue-size, --max-sessions, --compose-cache-mb, --threads;
-PICASO_WORKERS, PICASO_QUEUE_SIZE, PICASO_MAX_SESSIONS, PICASO_COMPOSE_CACHE_MB, PICASO_THREADS): docs/serving.md.
+over its variable. Serving many visitors (--workers, --queue-size, --max-sessions, --compose-cache-mb, --threads,
+--time-limit, --max-upload-mb; PICASO_WORKERS, PICASO_QUEUE_SIZE, PICASO_MAX_SESSIONS, PICASO_COMPOSE_CACHE_MB,
+PICASO_THREADS, PICASO_TIME_LIMITS, PICASO_MAX_UPLOAD_MB; exports: PICASO_EXPORT_TTL_S, PICASO_EXPORT_MAX_MB):
+docs/serving.md.
 
 The model, corpus, state store and retriever load once (picaso_core.session) and are shared
 read-only by every user; per-user data lives in gr.State inside the tabs. Each tab is a module of
