@@ -58,7 +58,7 @@ def mix_calls(samples, k: int, labelled=()) -> list[dict]:
     out: list[dict] = []
     for i, s in enumerate(samples):
         out.append(dict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id, api_name="/compose"))
-        out.append(dict(step=1 + i % 12, api_name="/tour_step"))
+        out.append(dict(step=1 + i % 11, api_name="/tour_step"))  # the tour's 11 steps
         if i % 2 == 0:
             out.append(dict(api_name="/cache_stats"))
             out.append(dict(query=s.query, k=3, api_name="/generate_answer"))
