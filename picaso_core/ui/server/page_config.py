@@ -275,9 +275,10 @@ def share_session_configs() -> None:
 
 class HideUploadPaths:
     """ASGI middleware: Gradio's upload route (`/gradio_api/upload`) answers with each stored file's
-    absolute path on the server (its temp folder). No component of this app takes a file, so no
-    client sends those paths back; the reply names each file by its last two parts (the folder Gradio
-    made for it and its name), and a visitor learns nothing of the server's folders."""
+    absolute path on the server (its temp folder). Where no event takes a file (this app: serve()
+    installs it only then, `serving.takes_files`), no client sends those paths back; the reply names
+    each file by its last two parts (the folder Gradio made for it and its name), and a visitor learns
+    nothing of the server's folders."""
 
     def __init__(self, app):
         self.app = app

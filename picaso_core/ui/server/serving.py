@@ -91,11 +91,17 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: in
     # torch gets its own OpenMP team and stacks, so gradio's default of 40 let the resident memory
     # creep up for as long as new threads kept being started
     return dict(state_session_capacity=max_sessions, max_threads=workers + LIGHT_THREADS,
-                app_kwargs={**compressed(load), "routes": list(routes)},
+                app_kwargs={**compressed(load, hide_upload_paths=not takes_files(demo)), "routes": list(routes)},
                 max_file_size=None if max_upload_mb is None else int(max_upload_mb * 1e6))
 
 
-def compressed(load: Load | None = None) -> dict:
+def takes_files(demo) -> bool:
+    """Whether any event of `demo` takes a file input (a client then sends an upload's path back)."""
+    kinds = (gr.File, gr.Image, gr.Audio, gr.Video, gr.UploadButton, gr.Gallery, gr.Model3D, gr.MultimodalTextbox)
+    return any(isinstance(c, kinds) for fn in demo.fns.values() for c in fn.inputs)
+
+
+def compressed(load: Load | None = None, hide_upload_paths: bool = False) -> dict:
     """FastAPI arguments for what a page sends: /config without what no client reads
     (`page_config.SlimConfig`), and every response over 1 kB gzipped (the config travels as ~15% of its size).
     Starlette leaves text/event-stream (the queue's results) uncompressed, so streaming is not held
@@ -105,8 +111,9 @@ def compressed(load: Load | None = None) -> dict:
     PICASO_PAGE_CACHE=0: per request, for bench/room.py's comparison)."""
     gate = [Middleware(BusyGate, load=load)] if load is not None and os.environ.get("PICASO_FAST_BUSY") != "0" else []
     pages = [Middleware(PageCache)] if os.environ.get("PICASO_PAGE_CACHE") != "0" else []
-    return {"middleware": [*pages, *gate, Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig),
-                           Middleware(HideUploadPaths)]}  # an upload's reply names no server folder
+    # with no event that takes a file, an upload's reply names no server folder (no client sends it back)
+    hide = [Middleware(HideUploadPaths)] if hide_upload_paths else []
+    return {"middleware": [*pages, *gate, Middleware(GZipMiddleware, minimum_size=1024), Middleware(SlimConfig), *hide]}
 
 
 def in_background(fn, *args) -> threading.Thread:
