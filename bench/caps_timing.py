@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import parse, parser, write_json  # noqa: E402
+from harness import parse, parser, text_of, write_json  # noqa: E402
 
 PARTS = ("attr", "compose", "soup")
 
@@ -52,12 +52,7 @@ def main(argv=None) -> None:
     words = " ".join(list(res.database.values())[:40]).split()
 
     def chars(n):
-        s = ""
-        for w in words * 20:
-            if len(s) + len(w) + 1 > n:
-                break
-            s += w + " "
-        return s.strip()[:n]
+        return text_of(words, n)
 
     q1000 = chars(1000)
     tok = res.model.tokenizer

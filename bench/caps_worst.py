@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import parse, parser, write_json  # noqa: E402
+from harness import parse, parser, text_of, write_json  # noqa: E402
 
 PARTS = ("compose", "generate", "attribute", "precision", "landscape", "soup", "primer", "benchmarks", "coffee",
          "finetune")
@@ -71,12 +71,7 @@ def main(argv=None) -> None:
     words = " ".join(list(res.database.values())[:40]).split()
 
     def chars(n):
-        s = ""
-        for w in words * 20:
-            if len(s) + len(w) + 1 > n:
-                break
-            s += w + " "
-        return s.strip()[:n]
+        return text_of(words, n)
 
     tok = res.model.tokenizer
 

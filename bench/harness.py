@@ -34,6 +34,17 @@ sys.path.insert(0, str(ROOT))
 SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48), "mamba2-2.7b": (2560, 64)}
 
 
+def text_of(words: Sequence[str], n: int) -> str:
+    """At most n characters of whole `words` (repeated as needed), space-separated: a request of real
+    words at an input's length cap."""
+    s = ""
+    for w in list(words) * 20:
+        if len(s) + len(w) + 1 > n:
+            break
+        s += w + " "
+    return s.strip()[:n]
+
+
 def shape_model(shape: str, device, dtype):
     """A Mamba-2 of a released shape (`SHAPES`) with seeded random weights, built on `device` (a 2.7b
     model's init on the CPU takes minutes), in `dtype`, in eval mode."""
