@@ -39,7 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import ROOT, parse, parser, write_json  # noqa: E402
+from harness import ROOT, comma_list, parse, parser, write_json  # noqa: E402
+
+from picaso_core.defaults import count, number  # noqa: E402
 
 
 def make_tiny_model(folder: Path) -> Path:
@@ -246,11 +248,12 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="bench a random tiny model instead of --model")
     p.add_argument("--corpus", default="demo")
     p.add_argument("--split", default="test")
-    p.add_argument("--k", type=int, default=5)
-    p.add_argument("--calls", type=int, default=5, help="timed /compose calls (after one warm-up)")
-    p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the app to start")
-    p.add_argument("--concurrency", default="", help="comma-separated concurrency limits to compare, e.g. 1,2,4")
-    p.add_argument("--clients", type=int, default=10, help="simultaneous clients for --concurrency")
+    p.add_argument("--k", type=count(1), default=5)
+    p.add_argument("--calls", type=count(1), default=5, help="timed /compose calls (after one warm-up)")
+    p.add_argument("--timeout", type=number(above=0), default=300, help="seconds to wait for the app to start")
+    p.add_argument("--concurrency", type=comma_list(count(1), empty=True), default="",
+                   help="comma-separated concurrency limits to compare, e.g. 1,2,4")
+    p.add_argument("--clients", type=count(1), default=10, help="simultaneous clients for --concurrency")
     p.add_argument("--skip-build", action="store_true", help="skip the cold start and store build (parts 1-2)")
     p.add_argument("--compose-only", action="store_true", help="only part 1 (start and /compose clicks)")
     p.add_argument("--warm", action="store_true", help="part 1 with every context stored first (app.py --encode-all): "

@@ -30,14 +30,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import interleaved, medians, ms, parse, parser, ratios, table, write_json  # noqa: E402
 
-from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
-from picaso_core.analysis.attribution import leave_one_out_tokens, surrogate  # noqa: E402
+from picaso_core import ModelConfig  # noqa: E402
+from picaso_core.defaults import count  # noqa: E402
 
 LOO = {"picaso_r": "PICASO-R", "picaso_s": "PICASO-S", "caso": "CASO", "soup": "Soup", "concat": "Concat"}
 
@@ -45,6 +43,8 @@ LOO = {"picaso_r": "PICASO-R", "picaso_s": "PICASO-S", "caso": "CASO", "soup": "
 def measure(name: str, model, contexts: list[list[int]], query: list[int], answer: list[int], repeats: int,
             n_ablations: int) -> tuple[list[str], dict]:
     """The markdown lines of one model's table, and its figures (seconds, ratios to PICASO-R-LOO)."""
+    from picaso_core.analysis.attribution import leave_one_out_tokens, surrogate  # imports torch: after parsing
+
     t0 = time.perf_counter()
     states = model.encode_contexts(contexts)
     build = time.perf_counter() - t0
@@ -144,10 +144,15 @@ def sentence_grain(repeats: int, n_masks: int = 64, seed: int = 0) -> tuple[list
 def main() -> None:
     ap = parser(__doc__, threads=1, repeats=2, quick="n = 5, 50-token contexts, 130m shape only",
                 helps={"threads": "torch threads (default 1: see above)"})
-    ap.add_argument("--ablations", type=int, default=64)
+    ap.add_argument("--ablations", type=count(2), default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sentences", action="store_true", help="per-ablation times at sentence grain only")
     args = parse(ap)
+    # after the arguments: --help and a bad value answer without importing torch (issue 48)
+    import torch
+
+    from picaso_core import SSMLanguageModel
+
     if args.sentences:
         out, figures = sentence_grain(args.repeats, seed=args.seed)
         print("\n".join(out))

@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import parse, parser, table, write_json  # noqa: E402
 
+from picaso_core.defaults import count, number  # noqa: E402
+
 SLOW = dict(task="ih", steps=20000, api_name="/coffee_train")  # a worker held for `seconds`
 
 
@@ -184,19 +186,20 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--model", default="demo")
     p.add_argument("--corpus", default="demo")
-    p.add_argument("--burst", type=int, default=60, help="requests fired at once, per client kind")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--queue-size", type=int, default=16)
-    p.add_argument("--queued", type=int, default=None,
+    p.add_argument("--burst", type=count(1), default=60, help="requests fired at once, per client kind")
+    p.add_argument("--workers", type=count(1), default=2)
+    p.add_argument("--queue-size", type=count(1), default=16)
+    p.add_argument("--queued", type=count(0), default=None,
                    help="jobs waiting before the burst (default: the queue full); fewer: the burst's first joins get in")
-    p.add_argument("--job-seconds", type=int, default=120, help="COFFEE time budget of the jobs that hold the pool")
-    p.add_argument("--timeout", type=float, default=20.0, help="seconds a raw request waits for an answer")
+    p.add_argument("--job-seconds", type=count(1), default=120,
+                   help="COFFEE time budget of the jobs that hold the pool")
+    p.add_argument("--timeout", type=number(above=0), default=20.0, help="seconds a raw request waits for an answer")
     p.add_argument("--client-verify", action="store_true",
                    help="gradio_client as it comes (ssl_verify=True): its own SSL set-up per join is timed too")
     p.add_argument("--compare", action="store_true", help="also run with PICASO_FAST_BUSY=0 (Gradio's refusal)")
     p.add_argument("--app-args", default="", help="extra app.py flags")
     p.add_argument("--url", default=None, help="an app already running (its --workers / --queue-size given here)")
-    p.add_argument("--start-timeout", type=float, default=300)
+    p.add_argument("--start-timeout", type=number(above=0), default=300)
     args = parse(p)
 
     from app_latency import stop

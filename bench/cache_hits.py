@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import parse, parser, write_json  # noqa: E402
 
+from picaso_core.defaults import count, number  # noqa: E402
+
 METHODS = ("concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r")
 
 
@@ -45,9 +47,9 @@ def main() -> None:
     p.add_argument("--model", default="demo")
     p.add_argument("--corpus", default="demo")
     p.add_argument("--split", default="test")
-    p.add_argument("--samples", type=int, default=200)
-    p.add_argument("--clicks", type=int, default=200)
-    p.add_argument("--budget-mb", type=float, default=256)
+    p.add_argument("--samples", type=count(1), default=200)
+    p.add_argument("--clicks", type=count(1), default=200)
+    p.add_argument("--budget-mb", type=number(0), default=256)
     p.add_argument("--seed", type=int, default=0)
     args = parse(p)
 

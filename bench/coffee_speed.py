@@ -20,13 +20,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import interleaved, medians, parse, parser, seconds, write_json  # noqa: E402
 
-from picaso_core.lab.coffee.model import S6, Coffee  # noqa: E402
+from picaso_core.defaults import count  # noqa: E402
 
 
 def step(layer, u, fast: bool):
@@ -39,6 +37,8 @@ def step(layer, u, fast: bool):
 
 def compiled(layer):
     """The layer under torch.compile, or None where inductor cannot compile here (no C compiler, ...)."""
+    import torch  # here and in main, not at the top: --help and a bad value answer at once (issue 48)
+
     try:
         f = torch.compile(layer)
         y, _ = f(torch.randn(2, 3, layer.lam.shape[0]), fast=False)
@@ -53,8 +53,13 @@ def main() -> None:
     p = parser(__doc__, threads=1, repeats=7, quick="table 1's shape only (no L = 256)",
                helps={"threads": "torch threads (the CLI's default, 1: see its --threads)"})
     p.add_argument("--no-compile", action="store_true", help="leave out the torch.compile variant")
-    p.add_argument("--compile-max-len", type=int, default=64, help="compile only up to this L (the loop is unrolled)")
+    p.add_argument("--compile-max-len", type=count(1), default=64,
+                   help="compile only up to this L (the loop is unrolled)")
     a = parse(p)
+    import torch
+
+    from picaso_core.lab.coffee.model import S6, Coffee
+
     shapes = [(512, 16, 16, 8)] + ([] if a.quick else [(64, 256, 16, 8)])
     torch.manual_seed(0)
     figures, ratios = {}, {}

@@ -27,14 +27,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import interleaved, limits, medians, ms, parse, parser, seconds, table, write_json  # noqa: E402
 
-from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
-from picaso_core.compose import compose, compose_tokens, composition_weights, weighted_sum  # noqa: E402
+from picaso_core import ModelConfig  # noqa: E402
+from picaso_core.defaults import count  # noqa: E402
 
 STATE_METHODS = {"soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S", "picaso_r": "PICASO-R"}
 
@@ -43,11 +41,16 @@ def main() -> None:
     ap = parser(__doc__, device="cpu", repeats=None, quick="n = 1, 2, 5, 50-token contexts, fewer repeats",
                 limit_flags=True, helps={"repeats": "rounds of the state methods (default 9, 5 with --quick)"})
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--picconcat-max-n", type=int, default=5, help="largest n for PICConcat-R (n^2 contexts)")
+    ap.add_argument("--picconcat-max-n", type=count(1), default=5, help="largest n for PICConcat-R (n^2 contexts)")
     args = parse(ap)
     ns = (1, 2, 5) if args.quick else (1, 2, 5, 10, 20)
     ctx_len = 50 if args.quick else 100
     repeats = args.repeats or (5 if args.quick else 9)
+    # after the arguments: --help and a bad value answer without importing torch (issue 48)
+    import torch
+
+    from picaso_core import SSMLanguageModel
+    from picaso_core.compose import compose, compose_tokens, composition_weights, weighted_sum
 
     torch.manual_seed(args.seed)
     cfg = ModelConfig(d_model=768, n_layer=24, vocab_size=50277, ssm_cfg=dict(layer="Mamba2"),

@@ -36,17 +36,25 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import (SHAPES, interleaved, limits, medians, parse, parser, ratios, shape_model, table,  # noqa: E402
-                     vs_limit, write_json)
+from harness import (SHAPES, comma_list, interleaved, limits, medians, no_grad, parse, parser, ratios,  # noqa: E402
+                     shape_model, table, vs_limit, write_json)
 
-from picaso_core import ContextState, load_model  # noqa: E402
-from picaso_core.engine import scan  # noqa: E402
-from picaso_core.engine.state import layer_major  # noqa: E402
-from picaso_core.engine.scan import upcast  # noqa: E402
+from picaso_core.defaults import DTYPES, count  # noqa: E402
+
+
+def _import_engine() -> None:
+    """torch and the engine as this module's names, once the arguments are read: at the top of the
+    module they made --help and a bad value take seconds (issue 48)."""
+    global torch, ContextState, load_model, scan, layer_major, upcast
+    import torch
+
+    from picaso_core import ContextState, load_model
+    from picaso_core.engine import scan
+    from picaso_core.engine.scan import upcast
+    from picaso_core.engine.state import layer_major
+
 
 def make_model(shape: str, device: str, dtype: torch.dtype):
     """The model alone (no forward): the demo, or random weights of a released shape."""
@@ -106,7 +114,7 @@ def cpu_peaks(args, prompt, states, tokens: tuple[int, ...]) -> dict[int, dict]:
     return out
 
 
-@torch.no_grad()
+@no_grad
 def scan_generate(model, prompt, state, n: int, eos: int | None = None) -> list[int]:
     """Per-state scan decode: a forward through the chunked scan for every token (no recurrent step)."""
     hidden, st = model.hidden_states(torch.tensor([prompt]), state)
@@ -178,7 +186,7 @@ def click(model, args) -> None:
     return {"click_s": med, "click_per_method_scan_over_batched": a / b}
 
 
-@torch.no_grad()
+@no_grad
 def graph_steps(model, batch, ids, args, floor) -> dict:
     """The step as generate_batch runs it on a GPU (one CUDA-graph replay per token), each way side by
     side: every kernel (conv_dt: the decode conv and the step sizes in one launch); conv_roll and
@@ -256,15 +264,16 @@ def step_kernels(model, batch, ids, top: int = 12) -> list[dict]:
 def main() -> None:
     ap = parser(__doc__, device="cpu", repeats=3, limit_flags=True)
     ap.add_argument("--shape", choices=["demo", *SHAPES], default="demo")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    ap.add_argument("--rows", type=int, default=7)
-    ap.add_argument("--tokens", type=int, default=24)
-    ap.add_argument("--lengths", default="16,256,1024,4096")
-    ap.add_argument("--steps", type=int, default=10, help="steps timed per prompt length")
+    ap.add_argument("--dtype", choices=DTYPES, default="float32")
+    ap.add_argument("--rows", type=count(1), default=7)
+    ap.add_argument("--tokens", type=count(1), default=24)
+    ap.add_argument("--lengths", type=comma_list(count(1)), default="16,256,1024,4096")
+    ap.add_argument("--steps", type=count(1), default=10, help="steps timed per prompt length")
     ap.add_argument("--batched-only", action="store_true",
                     help="time generate_batch alone in section 1 (the sequential ways take minutes at large shapes)")
     ap.add_argument("--peak-child", help=argparse.SUPPRESS)  # internal: one fresh process of cpu_peaks
     args = parse(ap)
+    _import_engine()
     if args.peak_child:
         return peak_child(args.peak_child)
     dtype = getattr(torch, args.dtype)

@@ -16,25 +16,28 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import ROOT, parse, parser, write_json  # noqa: E402
+from harness import ROOT, comma_list, parse, parser, write_json  # noqa: E402
 
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.analysis.evaluate import METHODS, evaluate_samples  # noqa: E402
-from picaso_core.engine.loading import load_model  # noqa: E402
 from picaso_core.analysis.sweep import CONTEXT_SUFFIX  # noqa: E402  (the app store's suffix too)
+from picaso_core.defaults import DTYPES, count  # noqa: E402
 
 
 def main() -> None:
     p = parser(__doc__, device="cpu", devices=None, helps={"threads": "torch CPU threads"})
     p.add_argument("--model", default="demo")
-    p.add_argument("--samples", type=int, default=40)
-    p.add_argument("--dtypes", default="bfloat16,float16")
+    p.add_argument("--samples", type=count(1), default=40)
+    p.add_argument("--dtypes", type=comma_list(choices=DTYPES), default="bfloat16,float16")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "dtype_loss.json"))
     args = parse(p)
+    # after the arguments: --help and a bad value answer without importing torch (issue 48)
+    import torch
+
+    from picaso_core.engine.loading import load_model
+
     samples = load_corpus("demo", "test").samples[: args.samples]
     rows, secs = {}, {}
     for name in ["float32", *[d for d in args.dtypes.split(",") if d]]:

@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import interleaved, limits, medians, parse, parser, ratios, table, vs_limit, write_json  # noqa: E402
 
-from picaso_core import ModelConfig, SSMLanguageModel  # noqa: E402
+from picaso_core import ModelConfig  # noqa: E402
+from picaso_core.defaults import count  # noqa: E402
+
+if TYPE_CHECKING:  # the model imports torch: main imports it after the arguments are read (issue 48)
+    from picaso_core import SSMLanguageModel
 
 # (name, d_model, n_layer) of the released checkpoints (their config.json files)
 MAMBA2 = [("mamba2-130m", 768, 24), ("mamba2-370m", 1024, 48), ("mamba2-780m", 1536, 48),
@@ -77,10 +80,13 @@ def state_size_table() -> str:
 
 def main(argv=None) -> None:
     ap = parser(__doc__, device="cpu", repeats=3, quick="a smaller model (d_model 256, 4 layers)", limit_flags=True)
-    ap.add_argument("--contexts", type=int, default=32)
-    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--contexts", type=count(2), default=32)  # parity reads the first two
+    ap.add_argument("--tokens", type=count(1), default=128)
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     args = parse(ap, argv)
+    import torch
+
+    from picaso_core import SSMLanguageModel
 
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)

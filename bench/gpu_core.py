@@ -31,14 +31,25 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import gpu_profile, interleaved, medians, parse, parser, shape_model, table, write_json  # noqa: E402
+from harness import (comma_list, gpu_profile, interleaved, medians, no_grad, parse, parser, shape_model,  # noqa: E402
+                     table, write_json)
 
-from picaso_core import ContextState  # noqa: E402
-from picaso_core.engine import decode, graphs, kernels, scan  # noqa: E402
+from picaso_core.defaults import DTYPES  # noqa: E402
+
+SECTIONS = ("accuracy", "query", "click", "where")
+ACCURACY_OPS = ("ssd", "step", "norm", "addnorm")
+
+
+def _import_engine() -> None:
+    """torch and the engine as this module's names, once the arguments are read: at the top of the
+    module they made --help and a bad value take seconds (issue 48)."""
+    global torch, ContextState, decode, graphs, kernels, scan
+    import torch
+
+    from picaso_core import ContextState
+    from picaso_core.engine import decode, graphs, kernels, scan
 
 WAYS = {"torch": (False, False), "torch+graphs": (False, True), "kernels": (True, False), "kernels+graphs": (True, True),
         "kernels+graphs, no addnorm": (True, True)}  # the kernels but the fused residual add + RMSNorm
@@ -57,7 +68,7 @@ def rel(a, ref) -> float:
 
 
 # ---- accuracy -------------------------------------------------------------------------------------
-@torch.no_grad()
+@no_grad
 def accuracy(args) -> dict:
     from picaso_core.engine.model import GatedRMSNorm, RMSNorm, _add_norm
 
@@ -110,7 +121,7 @@ def accuracy(args) -> dict:
 
 
 # ---- profiling ------------------------------------------------------------------------------------
-@torch.no_grad()
+@no_grad
 def query(args) -> dict:
     res = {}
     for dtype in [getattr(torch, d) for d in args.query_dtypes.split(",")]:
@@ -150,7 +161,7 @@ def demo_lengths_inputs(k: int = 10):
     return ctx, torch.randint(0, 50277, (29,), generator=g).tolist(), torch.randint(0, 50277, (71,), generator=g).tolist()
 
 
-@torch.no_grad()
+@no_grad
 def click(args, model) -> dict:
     from picaso_core.analysis.evaluate import _build_state, run_methods
 
@@ -200,7 +211,7 @@ def click(args, model) -> dict:
             "graph_cache": {"captures": graphs.cache_of(model).captures, "replays": graphs.cache_of(model).replays}}
 
 
-@torch.no_grad()
+@no_grad
 def where(args, model) -> dict:
     """Where one PICASO-R scoring call (the 29 + 71 tokens from one composed state) spends its GPU
     time at the 2.7b shape, kernels + graphs and kernels eager: the top GPU ops by total time."""
@@ -230,10 +241,14 @@ def where(args, model) -> dict:
 
 def main() -> None:
     ap = parser(__doc__, repeats=5)
-    ap.add_argument("--only", default="accuracy,query,click", help="sections, comma-separated")
-    ap.add_argument("--accuracy-ops", default="ssd,step,norm,addnorm", help="the kernels the accuracy section checks")
-    ap.add_argument("--query-dtypes", default="bfloat16,float32", help="the query section's dtypes")
+    ap.add_argument("--only", type=comma_list(choices=SECTIONS), default="accuracy,query,click",
+                    help="sections, comma-separated")
+    ap.add_argument("--accuracy-ops", type=comma_list(choices=ACCURACY_OPS), default="ssd,step,norm,addnorm",
+                    help="the kernels the accuracy section checks")
+    ap.add_argument("--query-dtypes", type=comma_list(choices=DTYPES), default="bfloat16,float32",
+                    help="the query section's dtypes")
     args = parse(ap)
+    _import_engine()
     if not torch.cuda.is_available():
         sys.exit("bench/gpu_core.py needs CUDA")
     only = set(args.only.split(","))

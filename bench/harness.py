@@ -20,7 +20,9 @@ or stand in for a GPU missing here.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import re
 import statistics
 import sys
 import time
@@ -29,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from picaso_core.defaults import count, number  # noqa: E402  (tier 0, no torch: --help answers at once)
 
 # released Mamba-2 shapes (config.json's d_model, n_layer; every other field at mamba_ssm's Mamba2 defaults)
 SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48), "mamba2-2.7b": (2560, 64)}
@@ -83,20 +87,48 @@ def parser(doc: str, *, threads: int | None = None, device: str | None | bool = 
     h = {"threads": "torch threads (default: torch's choice)", "repeats": "timed rounds (figures are medians)",
          "device": "where the measured code runs",
          "json": "also write the results (script, arguments, figures, ratios) to this JSON file", **helps}
-    ap.add_argument("--threads", type=int, default=threads, help=h["threads"])
+    ap.add_argument("--threads", type=count(0), default=threads, help=h["threads"])
     if device is not False:
-        ap.add_argument("--device", default=device, choices=devices, help=h["device"])
+        ap.add_argument("--device", default=device, choices=devices, type=None if devices else device_name,
+                        help=h["device"])
     if repeats is not False:
-        ap.add_argument("--repeats", type=int, default=repeats, help=h["repeats"])
+        ap.add_argument("--repeats", type=count(1), default=repeats, help=h["repeats"])
     if quick is not None:
         ap.add_argument("--quick", action="store_true", help=quick)
     if limit_flags:
-        ap.add_argument("--bandwidth-gbs", type=float, default=None,
+        ap.add_argument("--bandwidth-gbs", type=number(above=0), default=None,
                         help="memory bandwidth in GB/s (default: the table in bench/harness.py for the GPU found)")
-        ap.add_argument("--peak-tflops", type=float, default=None,
+        ap.add_argument("--peak-tflops", type=number(above=0), default=None,
                         help="dense peak TFLOP/s for the dtype used (default: the table for the GPU found)")
     ap.add_argument("--json", default=None, metavar="PATH", help=h["json"])
     return ap
+
+
+def device_name(text: str) -> str:
+    """argparse `type=` of a --device that takes any torch device: its form checked without torch."""
+    if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a torch device, e.g. cpu, cuda or cuda:1")
+    return text
+
+
+def comma_list(item: Callable[[str], object] = str, choices: Sequence[str] | None = None, *, empty: bool = False):
+    """argparse `type=` for a comma list, kept as written (the script splits it): every item through
+    `item` (e.g. count(1)) and among `choices`; empty text only where `empty`. A bad item is one
+    `error:` line at parse time, not a traceback after the model loads."""
+    def check(text: str) -> str:
+        if not text and empty:
+            return text
+        for x in text.split(","):
+            try:
+                item(x)
+            except (argparse.ArgumentTypeError, ValueError) as e:
+                raise argparse.ArgumentTypeError(f"{text!r}: {e or repr(x)}") from None
+            if choices is not None and x not in choices:
+                raise argparse.ArgumentTypeError(f"{text!r}: {x!r} is not one of {', '.join(choices)} (a comma list)")
+        return text
+
+    check.__name__ = "list"
+    return check
 
 
 def parse(ap: argparse.ArgumentParser, argv=None, *, torch_threads: bool = True) -> argparse.Namespace:
@@ -114,6 +146,18 @@ def parse(ap: argparse.ArgumentParser, argv=None, *, torch_threads: bool = True)
 
         torch.set_num_threads(args.threads)
     return args
+
+
+def no_grad(fn):
+    """fn under torch.no_grad(), torch imported when it runs: a script's decorated functions do not
+    import torch before its arguments are read (--help and a bad value answer at once)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        import torch
+
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+    return run
 
 
 def sync() -> None:

@@ -19,15 +19,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import ROOT, parse, parser, table, write_json  # noqa: E402
+from harness import ROOT, comma_list, parse, parser, table, write_json  # noqa: E402
 
-from picaso_core.lab.complexity import SERIES, loglog_slope, measure_complexity  # noqa: E402
+from picaso_core.defaults import count  # noqa: E402
 
 EXPECTED = {"attention_prefill": ("O(T^2)", 2), "ssm_scan": ("O(T)", 1), "attention_step": ("O(T)", 1),
             "ssm_step": ("O(1)", 0)}
 
 
 def complexity_table(r: dict) -> str:
+    from picaso_core.lab.complexity import SERIES  # imports torch: here and in main, after the arguments are read
+
     rows = [[T, *(f"{r['seconds'][k][i] * 1e3:.3g}" for k in SERIES), *(f"{r['peak_bytes'][k][i] / 2**20:.3g}"
                                                                        for k in SERIES)]
             for i, T in enumerate(r["lengths"])]
@@ -40,12 +42,14 @@ def complexity_table(r: dict) -> str:
 
 def main(argv=None) -> None:
     p = parser(__doc__, device="cpu", devices=None, helps={"threads": "torch CPU threads (default: torch's)"})
-    p.add_argument("--lengths", default="256,512,1024,2048,4096,8192,16384")
-    p.add_argument("--runs", "--repeats", type=int, default=1,
+    p.add_argument("--lengths", type=comma_list(count(1)), default="256,512,1024,2048,4096,8192,16384")
+    p.add_argument("--runs", "--repeats", type=count(1), default=1,
                    help="measure this many times and keep each point's fastest (contention only adds time)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "primer_complexity.json"))
     p.add_argument("--ship", default=None, help="also write the JSON here (assets/primer_complexity.json)")
     args = parse(p, argv)
+    from picaso_core.lab.complexity import SERIES, loglog_slope, measure_complexity
+
     lengths = [int(t) for t in args.lengths.split(",")]
     t0 = time.perf_counter()
     runs = [measure_complexity(lengths, args.device, threads=args.threads,

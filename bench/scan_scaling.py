@@ -27,17 +27,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import interleaved, medians, parse, parser, row, table, write_json  # noqa: E402
 
-from picaso_core.engine import scan  # noqa: E402
+from picaso_core.defaults import count  # noqa: E402
 
 
 def pass_states_prefix(chunk_states, log_decay, h0):
     """A Hillis-Steele prefix scan over the chunks: log2(c) rounds of O(c) work, decays in log space."""
+    import torch  # here and below, not at the top: --help and a bad value answer at once (issue 48)
+
     c = chunk_states.size(1)
     hs = torch.cat([chunk_states[:, :1] + torch.exp(log_decay[:, :1])[..., None, None] * h0[:, None],
                     chunk_states[:, 1:]], dim=1)
@@ -52,6 +52,8 @@ def pass_states_prefix(chunk_states, log_decay, h0):
 def configured(fn, dev: str, form: str, one_piece: bool):
     """fn run with the engine's inter-chunk pass on `dev` set to `form`, in one block where
     one_piece (the whole sequence at once), both restored after the call."""
+    from picaso_core.engine import scan
+
     def run():
         saved_form, saved_blocks = scan.PASS_FORM.get(dev), dict(scan.BLOCK_ELEMENTS)
         scan.PASS_FORM[dev] = form
@@ -67,9 +69,14 @@ def configured(fn, dev: str, form: str, one_piece: bool):
 
 def main(argv=None) -> None:
     ap = parser(__doc__, device="cpu", repeats=5, quick="the demo model's layer shape and shorter sequences")
-    ap.add_argument("--lengths", type=int, nargs="+", default=None)
-    ap.add_argument("--chunk", type=int, default=None, help="chunk size (default: 256, the checkpoints'; 64 with --quick)")
+    ap.add_argument("--lengths", type=count(1), nargs="+", default=None)
+    ap.add_argument("--chunk", type=count(1), default=None,
+                    help="chunk size (default: 256, the checkpoints'; 64 with --quick)")
     args = parse(ap, argv)
+    import torch
+
+    from picaso_core.engine import scan
+
     # one layer's scan: (heads, head dim, groups, state dim)
     h, p, g, n = (16, 32, 1, 64) if args.quick else (24, 64, 1, 128)  # demo model / mamba2-130m
     chunk = args.chunk or (64 if args.quick else 256)

@@ -35,11 +35,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import ROOT, parse, parser, table, write_json  # noqa: E402
+from harness import ROOT, comma_list, parse, parser, table, write_json  # noqa: E402
 
 from picaso_core import ModelConfig  # noqa: E402
-from picaso_core.store.store import DTYPES, StateStore  # noqa: E402
-from picaso_core.store.build import build_store  # noqa: E402
+from picaso_core.defaults import count, number  # noqa: E402
+
+# The store (DTYPES, StateStore, build_store) imports torch: the functions below import it where they
+# run, after the arguments are read (--help and a bad value answer at once, issue 48).
+PARTS = ("speed", "dtype", "sizing")
 
 # (name, d_model, n_layer, parameters) of the released checkpoints
 SHAPES = [("mamba2-130m", 768, 24, 130e6), ("mamba2-370m", 1024, 48, 370e6), ("mamba2-2.7b", 2560, 64, 2.7e9)]
@@ -47,6 +50,8 @@ SHAPES = [("mamba2-130m", 768, 24, 130e6), ("mamba2-370m", 1024, 48, 370e6), ("m
 
 def state_bytes(cfg: ModelConfig, dtype: str) -> int:
     """Bytes of one stored state: ssm and conv in `dtype`, log_decay in float32."""
+    from picaso_core.store.store import DTYPES
+
     shapes = cfg.state_shapes()
     size = DTYPES[dtype].itemsize
     return size * (math.prod(shapes["ssm"]) + math.prod(shapes["conv"])) + 4 * math.prod(shapes["log_decay"])
@@ -55,6 +60,9 @@ def state_bytes(cfg: ModelConfig, dtype: str) -> int:
 def part_speed(model, contexts, workers: int, tmp: Path, local_threads: list[int]) -> dict:
     import ray
     import torch
+
+    from picaso_core.store.build import build_store
+    from picaso_core.store.store import StateStore
 
     out = {"local_by_threads": {}}
     default = torch.get_num_threads()
@@ -98,6 +106,8 @@ def part_speed(model, contexts, workers: int, tmp: Path, local_threads: list[int
 
 def part_dtype(model, corpus, contexts, samples: int, tmp: Path, repeats: int = 3) -> dict:
     from picaso_core.analysis.evaluate import METHODS, METHOD_NAMES, run_methods
+    from picaso_core.store.build import build_store
+    from picaso_core.store.store import DTYPES, StateStore
 
     stores, rows = {}, {}
     chosen = corpus.samples[:samples]
@@ -158,6 +168,8 @@ def read_times(model, tmp: Path, repeats: int) -> dict:
     safetensors' copy and the cast to float32). Dtypes alternate within each repeat; medians."""
     import torch
 
+    from picaso_core.store.store import DTYPES, StateStore
+
     kinds = {"cold": (True, True), "cold_noverify": (True, False), "warm": (False, False)}
     times = {d: {k: [] for k in kinds} for d in DTYPES}
     for r in range(repeats):
@@ -199,15 +211,17 @@ def main() -> None:
                helps={"threads": "torch threads outside the speed part (default: torch's; 1 is faster on busy shared "
                                  "cores)", "device": "where the model runs (default: load_model's choice)"})
     p.add_argument("--model", default="demo")
-    p.add_argument("--parts", default="speed,dtype,sizing")
-    p.add_argument("--contexts", type=int, default=None, help="first N contexts of the demo test database (all)")
-    p.add_argument("--speed-contexts", type=int, default=None, help="the speed part's first N of those (all)")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--local-threads", default="1,2", help="torch threads of the local builds (the first is compared)")
-    p.add_argument("--samples", type=int, default=200, help="held-out samples for the loss per dtype")
-    p.add_argument("--read-repeats", type=int, default=3, help="timed reads of each store per kind (median)")
-    p.add_argument("--gpu-tokens-per-s", type=float, default=27e3, help="mamba2-2.7b bf16 on an H100, measured")
-    p.add_argument("--tokens", type=int, default=1024, help="tokens per context in the sizing table")
+    p.add_argument("--parts", type=comma_list(choices=PARTS), default="speed,dtype,sizing")
+    p.add_argument("--contexts", type=count(1), default=None, help="first N contexts of the demo test database (all)")
+    p.add_argument("--speed-contexts", type=count(1), default=None, help="the speed part's first N of those (all)")
+    p.add_argument("--workers", type=count(1), default=2)
+    p.add_argument("--local-threads", type=comma_list(count(1)), default="1,2",
+                   help="torch threads of the local builds (the first is compared)")
+    p.add_argument("--samples", type=count(1), default=200, help="held-out samples for the loss per dtype")
+    p.add_argument("--read-repeats", type=count(1), default=3, help="timed reads of each store per kind (median)")
+    p.add_argument("--gpu-tokens-per-s", type=number(above=0), default=27e3,
+                   help="mamba2-2.7b bf16 on an H100, measured")
+    p.add_argument("--tokens", type=count(1), default=1024, help="tokens per context in the sizing table")
     args = parse(p)
     import torch
 

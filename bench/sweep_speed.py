@@ -15,6 +15,7 @@ Shared machines are noisy: the claim is the ratio of medians taken in the same r
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -29,15 +30,29 @@ from harness import interleaved, medians, parse, parser, ratios, table, write_js
 from picaso_core.analysis import sweep as S  # noqa: E402
 from picaso_core.retrieval import rankers as R  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.engine.loading import load_model  # noqa: E402
-from picaso_core.store.store import StateStore  # noqa: E402
+from picaso_core.defaults import count  # noqa: E402
+
+
+def k_list(text: str) -> str:
+    """argparse `type=` of --ks (S.parse_ks's forms, at least one k): a bad one is one `error:` line."""
+    try:
+        ks = S.parse_ks(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not ks:
+        raise argparse.ArgumentTypeError(f"{text!r} names no k (e.g. 0-10)")
+    return text
 
 
 def main(argv=None) -> None:
     ap = parser(__doc__, threads=2, repeats=3)
-    ap.add_argument("--samples", type=int, default=6)
-    ap.add_argument("--ks", default="0-10")
+    ap.add_argument("--samples", type=count(1), default=6)
+    ap.add_argument("--ks", type=k_list, default="0-10")
     args = parse(ap, argv)
+    # after the arguments: --help and a bad value answer without importing torch (issue 48)
+    from picaso_core.engine.loading import load_model
+    from picaso_core.store.store import StateStore
+
     model = load_model("demo")
     corpus = load_corpus("demo", "test")
     samples = corpus.samples[: args.samples]

@@ -11,6 +11,7 @@ whatever load there was.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -91,11 +92,22 @@ def run(keys: list[str]) -> dict:
     return json.loads(OUT.read_text())
 
 
+def row(key: str) -> str:
+    """argparse `type=` of a row: a key of ROWS (an unknown one is one `error:` line, before any training)."""
+    if key not in ROWS:
+        raise argparse.ArgumentTypeError(f"unknown row {key!r}: choose from {', '.join(ROWS)}")
+    return key
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("rows", nargs="*", type=row, metavar="ROW",
+                   help=f"rows to run, one after the other (default: all): {', '.join(ROWS)}")
+    return p.parse_args(argv)
+
+
 if __name__ == "__main__":
-    keys = sys.argv[1:] or list(ROWS)
-    unknown = [k for k in keys if k not in ROWS]
-    if unknown:
-        raise SystemExit(f"unknown rows {unknown}: choose from {', '.join(ROWS)}")
+    keys = parse_args().rows or list(ROWS)
     res = run(keys)
     for k in keys:
         r = res[k]

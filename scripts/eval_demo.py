@@ -26,19 +26,22 @@ import math
 import sys
 import time
 from pathlib import Path
-
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core import load_model  # noqa: E402
+from picaso_core.assets import ASSETS  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.data.demo_world import CONTEXT_SEP  # noqa: E402
 from picaso_core.data.demo_world import MIXES  # noqa: E402
-from picaso_core.analysis.skill_eval import mean_accuracy, skill_accuracy  # noqa: E402
 from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS, evaluate_samples  # noqa: E402
 from picaso_core.data.skills import load_skill_tasks  # noqa: E402
-from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
-from picaso_core.retrieval.retriever import Retriever  # noqa: E402
+from picaso_core.defaults import count  # noqa: E402
+
+# The model, the skill evaluation and the retriever import torch: the functions below import them
+# when they run, after the arguments are read (--help and a bad value answer at once, issue 48).
+if TYPE_CHECKING:
+    from picaso_core.retrieval.retriever import Retriever
 
 SKILL_KS = (0, 1, 4, 16)
 SHUFFLED_K = 16
@@ -75,6 +78,8 @@ def summarise(summary) -> dict:
 
 def skill_table(acc: dict[str, dict[int, float]], shuffled: dict[str, dict[int, float]] | None = None,
                 n_items: dict[str, int] | None = None) -> str:
+    from picaso_core.analysis.skill_eval import mean_accuracy
+
     ks = sorted({k for by_k in acc.values() for k in by_k})
     sh = f" | shuffled labels, k={SHUFFLED_K}" if shuffled else ""
     items = " items |" if n_items else ""
@@ -91,6 +96,8 @@ def skill_table(acc: dict[str, dict[int, float]], shuffled: dict[str, dict[int, 
 
 
 def skill_eval(model, seed: int, max_items: int | None = None) -> dict:
+    from picaso_core.analysis.skill_eval import mean_accuracy, skill_accuracy
+
     base = skill_accuracy(model, ks=SKILL_KS, seed=seed, max_items=max_items)
     shuffled = skill_accuracy(model, tasks=[t + "_shuffled" for t in base], ks=(SHUFFLED_K,), seed=seed,
                               max_items=max_items)
@@ -108,6 +115,9 @@ permuted label."""
 
 def accuracy_curve(folder: Path, seed: int, max_items: int | None) -> list[dict]:
     """Mean skill accuracy (k = 1, 4, 16) of every checkpoint saved during training."""
+    from picaso_core import load_model
+    from picaso_core.analysis.skill_eval import mean_accuracy, skill_accuracy
+
     out = []
     for ck in sorted(p for p in folder.iterdir() if (p / "model.safetensors").exists()):
         model = load_model(ck)
@@ -246,12 +256,13 @@ Evaluated in {ev['seconds']:.0f} s on CPU.
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=str(DEMO_MODEL_DIR))
-    ap.add_argument("--samples", type=int, default=200, help="retrieval and QA samples (max 200 each)")
-    ap.add_argument("--skill-items", type=int, default=None, help="ask at most this many test items per task "
+    ap.add_argument("--model", default=str(ASSETS / "demo_model"))  # loading.DEMO_MODEL_DIR
+    ap.add_argument("--samples", type=count(1), default=200, help="retrieval and QA samples (max 200 each)")
+    ap.add_argument("--skill-items", type=count(1), default=None, help="ask at most this many test items per task "
                     "(default: all of them)")
     ap.add_argument("--curve", default=None, help="a folder of checkpoints: add their skill accuracy curve to eval.json")
-    ap.add_argument("--curve-items", type=int, default=8, help="test items per task for each checkpoint of the curve")
+    ap.add_argument("--curve-items", type=count(1), default=8,
+                    help="test items per task for each checkpoint of the curve")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-card", action="store_true", help="print results only; write nothing")
     ap.add_argument("--note", default="", help="a sentence added to the card's training section")
@@ -262,6 +273,9 @@ def main(argv=None) -> None:
         folder = Path(args.model)
         (folder / "README.md").write_text(model_card(folder, json.loads((folder / "eval.json").read_text()), args.note))
         return
+    from picaso_core import load_model
+    from picaso_core.retrieval.retriever import Retriever
+
     t0 = time.time()
     model = load_model(args.model)
     ret = load_corpus("demo", "test", kind="retrieval")

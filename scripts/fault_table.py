@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from picaso_core.defaults import count  # noqa: E402
+
 BAR = re.compile(r"\d+%\|")  # a tqdm progress bar's line
 SERVING = ("Running on local URL", "Running on public URL")
 
@@ -172,7 +175,7 @@ def table(rows: list[tuple[str, str, dict]]) -> str:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", choices=("store", "corpus"), default=None)
-    p.add_argument("--port", type=int, default=7891)
+    p.add_argument("--port", type=count(1), default=7891)
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="faults-"))
     tmp.chmod(0o755)

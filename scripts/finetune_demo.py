@@ -32,13 +32,19 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from picaso_core.finetune import train as FT  # noqa: E402
-from picaso_core.engine.loading import ASSETS, load_model  # noqa: E402
+from picaso_core.assets import ASSETS  # noqa: E402
+from picaso_core.defaults import count, number  # noqa: E402
+
+# The fine-tuning code (FT) and the model import torch: the functions below import them when they run,
+# after the arguments are read (--help and a bad value answer at once, issue 48).
+if TYPE_CHECKING:
+    from picaso_core.finetune import train as FT
 
 RUNS = {"bptc-retrieval": ("bptc", "retrieval"), "bp2c-retrieval": ("bp2c", "retrieval"),
         "bptc-qa": ("bptc", "qa"), "bp2c-qa": ("bp2c", "qa"), "concat-qa": ("concat", "qa")}
@@ -62,6 +68,7 @@ def train_corpus(n_samples: int, seed: int):
 def examples_for(model, data: str, args):
     """Training examples of `data` kind, their corpus checked disjoint from the test split."""
     from picaso_core.data import DEMO_DATA_DIR, load_corpus
+    from picaso_core.finetune import train as FT
     from picaso_core.retrieval.rankers import EmbeddingRanker
     from picaso_core.retrieval.retriever import Retriever, SentenceEmbedder
 
@@ -83,6 +90,8 @@ def config_for(name: str, args) -> FT.FinetuneConfig:
     """The run's config: --epochs decides its length (`FT.total_steps`) unless --steps / --qa-steps is given.
     At the defaults one epoch is 300 steps of 1800 retrieval examples and 34 of the 200 QA questions (6 composed
     examples per step), the shipped runs' counts."""
+    from picaso_core.finetune import train as FT
+
     objective, data = RUNS[name]
     steps = args.steps if data == "retrieval" else args.qa_steps
     return FT.FinetuneConfig(objective="bptc" if objective == "concat" else objective, data=data, k_max=args.k_max,
@@ -93,6 +102,9 @@ def config_for(name: str, args) -> FT.FinetuneConfig:
 
 
 def run_one(name: str, args) -> dict:
+    from picaso_core import load_model
+    from picaso_core.finetune import train as FT
+
     objective, data = RUNS[name]
     out = Path(args.work) / name
     model = load_model(args.base)
@@ -122,6 +134,7 @@ def validate(args) -> dict:
     """fig. 4's gap per k (PICASO-R above Concat, % ± SE) of the base, the shipped model and every trained
     run in --work, on held-out samples val_first .. val_first + val_samples (no skills): the figures to choose
     a run by, on samples the report (the first 40) does not use."""
+    from picaso_core import load_model
     from picaso_core.finetune import evaluate as FE
 
     models = {"base": args.base, "shipped": str(SHIP_DIR),
@@ -160,38 +173,55 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--work", default="runs/finetune", help="run folders, data and evaluation records")
     p.add_argument("--only", choices=("train", "eval", "all", "card", "validate"), default="all",
                    help="card: rewrite assets/demo_model_bptc/README.md from its finetune_eval.json (and speed.json)")
-    p.add_argument("--objective", choices=FT.OBJECTIVES + ("concat",), default=None,
+    p.add_argument("--objective", choices=tuple(dict.fromkeys(o for o, _ in RUNS.values())), default=None,
                    help="with --only train: this objective only; 'concat': the QA control run (concat-qa)")
-    p.add_argument("--data", choices=FT.DATA_KINDS, default=None, help="with --only train: this data kind only")
-    p.add_argument("--samples", type=int, default=1800, help="retrieval training samples (one epoch: 300 steps of 6; "
+    p.add_argument("--data", choices=tuple(dict.fromkeys(d for _, d in RUNS.values())), default=None,
+                   help="with --only train: this data kind only")
+    p.add_argument("--samples", type=count(1), default=1800,
+                   help="retrieval training samples (one epoch: 300 steps of 6; "
                    "900 / 150 steps left the gap at k = 8-10 open)")
-    p.add_argument("--epochs", type=float, default=1.0, help="passes over the training examples; sets the steps "
+    p.add_argument("--epochs", type=number(above=0), default=1.0,
+                   help="passes over the training examples; sets the steps "
                    "(sec. 6.1 trains one epoch)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps of the retrieval runs (default: --epochs "
+    p.add_argument("--steps", type=count(1), default=None,
+                   help="optimizer steps of the retrieval runs (default: --epochs "
                    "decides; 300 at the defaults)")
-    p.add_argument("--qa-steps", type=int, default=None, help="optimizer steps of the QA runs (default: --epochs "
+    p.add_argument("--qa-steps", type=count(1), default=None, help="optimizer steps of the QA runs (default: --epochs "
                    "decides; 34 for the 200 train questions)")
-    p.add_argument("--batch", type=int, default=12, help="documents per step: 6 composed examples + 6 LM documents")
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--lm-share", type=float, default=0.5, help="0.25 (2 of 8) lowered skill accuracy at k = 1, 4 "
+    p.add_argument("--batch", type=count(1), default=12,
+                   help="documents per step: 6 composed examples + 6 LM documents")
+    p.add_argument("--grad-accum", type=count(1), default=1)
+    p.add_argument("--lm-share", type=number(0, below=1), default=0.5,
+                   help="0.25 (2 of 8) lowered skill accuracy at k = 1, 4 "
                    "(-5.9, -7.3 points, paired sign test p < 0.05 on all 158 held-out items)")
-    p.add_argument("--concat-share", type=float, default=0.0, help="share of each step's composition examples read as "
+    p.add_argument("--concat-share", type=number(0, below=1), default=0.0,
+                   help="share of each step's composition examples read as "
                    "Concat (contexts and query as one sequence), which holds Concat in place")
-    p.add_argument("--lr", type=float, default=2.5e-4, help="5e-4 closed the gap as well but raised the LM loss 3.3%%")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--k-max", type=int, default=10)
-    p.add_argument("--k-min", type=int, default=2, help="smallest k drawn per micro-batch (the paper: 0); at k = 0 "
+    p.add_argument("--lr", type=number(above=0), default=2.5e-4,
+                   help="5e-4 closed the gap as well but raised the LM loss 3.3%%")
+    p.add_argument("--warmup", type=count(0), default=10)
+    p.add_argument("--k-max", type=count(0), default=10)
+    p.add_argument("--k-min", type=count(0), default=2,
+                   help="smallest k drawn per micro-batch (the paper: 0); at k = 0 "
                    "and 1 PICASO-R is Concat, so those steps do not train the composition")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=25)
-    p.add_argument("--eval-samples", type=int, default=40, help="held-out samples per evaluation")
-    p.add_argument("--val-first", type=int, default=40, help="validate: the first held-out sample (the report uses 0-39)")
-    p.add_argument("--val-samples", type=int, default=80, help="validate: how many held-out samples")
+    p.add_argument("--save-every", type=count(1), default=25)
+    p.add_argument("--eval-samples", type=count(1), default=40, help="held-out samples per evaluation")
+    p.add_argument("--val-first", type=count(0), default=40,
+                   help="validate: the first held-out sample (the report uses 0-39)")
+    p.add_argument("--val-samples", type=count(1), default=80, help="validate: how many held-out samples")
     p.add_argument("--carry", default=None, help="with eval: an earlier finetune_eval.json whose rows stand in for "
                    "runs not trained in --work (marked carried; same config gives the same row)")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=count(0), default=0)
     p.add_argument("--no-ship", action="store_true", help=f"do not copy {SHIPPED_RUN} to {SHIP_DIR}")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.only in ("train", "all"):  # flags that disagree (--k-min over --k-max, ...): one line, no model loaded
+        try:
+            for name in RUNS:
+                config_for(name, args).check()
+        except ValueError as e:
+            p.error(str(e))
+    return args
 
 
 def main(argv=None) -> None:

@@ -29,23 +29,35 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core import load_model  # noqa: E402
-from picaso_core.analysis.attribution import LOO_METHODS, PAPER_TABLE4, attribution_precision, summarize_precision  # noqa: E402
+from picaso_core.analysis.evaluate import METHODS  # noqa: E402
+from picaso_core.assets import ASSETS  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
-from picaso_core.session import CONTEXT_SUFFIX  # noqa: E402
+from picaso_core.defaults import count, number  # noqa: E402
+
+# torch, the model, picaso_core.analysis.attribution and the session are imported where they run, after
+# the arguments are read (--help and a bad value answer at once, issue 48); so the names the flags need:
+LOO_METHODS = METHODS[1:]  # attribution.LOO_METHODS (tests/scripts/test_cli_startup.py checks they agree)
+ALL_METHODS = ("loi", *LOO_METHODS, "surrogate")
+
+
+def method_list(text: str) -> str:
+    """argparse `type=` of --methods: a comma list of ALL_METHODS."""
+    if set(text.split(",")) - set(ALL_METHODS):  # main splits it as written: no empty name
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma list of {','.join(ALL_METHODS)}")
+    return text
 
 
 def all_kept(args) -> None:
     """Print the |ΔL| of every sentence kept vs the passages' own states (see --all-kept)."""
     import numpy as np
+    import torch
 
+    from picaso_core import load_model
     from picaso_core.analysis.attribution_sources import ablation_losses
     from picaso_core.analysis.sources import encode_sources, make_sources
+    from picaso_core.session import CONTEXT_SUFFIX
 
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
@@ -70,22 +82,30 @@ def main() -> None:
     ap.add_argument("--model", default="demo")
     ap.add_argument("--corpus", default="demo", help="demo | msmarco (online) | a .jsonl with gold ids")
     ap.add_argument("--split", default="test")
-    ap.add_argument("--samples", type=int, default=200)
+    ap.add_argument("--samples", type=count(1), default=200)
     ap.add_argument("--no-surrogate", action="store_true", help="skip the 64-ablation surrogate")
     ap.add_argument("--no-card", action="store_true", help="print only; do not write the card section")
     ap.add_argument("--json", default=None, help="also write every per-sample score here")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--methods", default=None, help="comma-separated subset of: loi," + ",".join(LOO_METHODS)
+    ap.add_argument("--threads", type=count(1), default=1)
+    ap.add_argument("--methods", type=method_list, default=None,
+                    help="comma-separated subset of: loi," + ",".join(LOO_METHODS)
                     + ",surrogate (default: all)")
-    ap.add_argument("--minutes", type=float, default=None,
+    ap.add_argument("--minutes", type=number(above=0), default=None,
                     help="stop after this many minutes and report the samples done (they are taken in order)")
     ap.add_argument("--all-kept", action="store_true", help="sentences composed vs the passages' states (see above)")
-    ap.add_argument("--conv-window", type=int, default=None, help="--all-kept: tokens of conv window (default d_conv-1)")
+    ap.add_argument("--conv-window", type=count(0), default=None,
+                    help="--all-kept: tokens of conv window (default d_conv-1)")
     args = ap.parse_args()
     if args.all_kept:
         return all_kept(args)
-    torch.set_num_threads(args.threads)
+    import torch
     from tqdm import tqdm
+
+    from picaso_core import load_model
+    from picaso_core.analysis.attribution import PAPER_TABLE4, attribution_precision, summarize_precision
+    from picaso_core.session import CONTEXT_SUFFIX
+
+    torch.set_num_threads(args.threads)
 
     model = load_model(args.model)
     corpus = load_corpus(args.corpus, args.split, kind="qa") if args.corpus in ("demo", "msmarco") \
@@ -139,7 +159,7 @@ def main() -> None:
         if args.model != "demo":
             print("not writing the demo card for another model (pass --no-card)", file=sys.stderr)
             return
-        out = DEMO_MODEL_DIR / "card_attribution.md"
+        out = ASSETS / "demo_model" / "card_attribution.md"  # loading.DEMO_MODEL_DIR
         out.write_text(text)
         print(f"wrote {out}")
 

@@ -22,21 +22,24 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from picaso_core.defaults import count  # noqa: E402
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="demo")
     p.add_argument("--corpus", default="demo")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (the targets are for 2 CPU cores)")
+    p.add_argument("--threads", type=count(1), default=2, help="torch threads (the targets are for 2 CPU cores)")
     p.add_argument("--no-write", action="store_true", help="print only; write neither the default view nor the card")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # after the arguments: --help and a bad value answer without importing torch (issue 48)
+    import numpy as np
+    import torch
+
     torch.set_num_threads(args.threads)
 
     from picaso_core.compose import compose

@@ -26,18 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core import load_model
-
-from picaso_core.analysis import soup, soup_mixing, soup_projection  # noqa: E402
+from picaso_core.assets import ASSETS  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.engine.loading import DEMO_MODEL_DIR  # noqa: E402
-from picaso_core.ui.tabs import soup_handlers
-from picaso_core.ui.tabs import soup_lab
+from picaso_core.defaults import count  # noqa: E402
 
+# torch, the model and the soup modules are imported in main, after the arguments are read (--help and
+# a bad value answer at once, issue 48); so the figures the flags need:
+DEMO_MODEL_DIR = ASSETS / "demo_model"  # loading.DEMO_MODEL_DIR
+PER_TASK = 12  # ui.tabs.soup_lab.PER_TASK (tests/scripts/test_cli_startup.py checks they agree)
 KS = (1, 2, 4, 8, 16)
 
 
@@ -54,19 +52,25 @@ def pct(x: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="demo")
-    ap.add_argument("--per-task", type=int, default=soup_lab.PER_TASK, help="library states per task (the app's: 12)")
-    ap.add_argument("--timing-per-task", type=int, default=25,
+    ap.add_argument("--per-task", type=count(1), default=PER_TASK, help="library states per task (the app's: 12)")
+    ap.add_argument("--timing-per-task", type=count(1), default=25,
                     help="states per task of the library whose build and projections are timed (25 x 20 tasks = 500)")
-    ap.add_argument("--queries", type=int, default=10, help="queries per task and k (retrieval, mixing)")
-    ap.add_argument("--windows", type=int, default=50, help="A-decay: windows of 3 x --chunk tokens")
-    ap.add_argument("--chunk", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--queries", type=count(1), default=10, help="queries per task and k (retrieval, mixing)")
+    ap.add_argument("--windows", type=count(1), default=50, help="A-decay: windows of 3 x --chunk tokens")
+    ap.add_argument("--chunk", type=count(1), default=100)
+    ap.add_argument("--threads", type=count(1), default=2)
     ap.add_argument("--quick", action="store_true", help="tiny budgets: a smoke run")
     ap.add_argument("--no-card", action="store_true")
     ap.add_argument("--out", default="runs/soup/measure.json")
     args = ap.parse_args()
     if args.quick:
         args.queries, args.windows, args.timing_per_task = 2, 5, 4
+    import torch
+
+    from picaso_core import load_model
+    from picaso_core.analysis import soup, soup_mixing, soup_projection
+    from picaso_core.ui.tabs import soup_handlers
+
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     n_layer = model.config.n_layer

@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from picaso_core.defaults import count  # noqa: E402
 from picaso_core.ui.tour.steps import STEPS  # noqa: E402
 
 # Timed in the page: from the click to the title of step n (for a live run: saying "computed live")
@@ -42,12 +43,19 @@ requestAnimationFrame(check);
 """
 
 
+def step_list(text: str) -> str:
+    """argparse `type=` of --shots: tour step numbers, comma-separated (a bad one is one `error:` line)."""
+    if not all(s.isdigit() and 1 <= int(s) <= len(STEPS) for s in text.split(",") if s):
+        raise argparse.ArgumentTypeError(f"{text!r}: give step numbers from 1 to {len(STEPS)}, e.g. 1,5,7")
+    return text
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("url")
-    p.add_argument("--width", type=int, default=1400)
+    p.add_argument("--width", type=count(1), default=1400)
     p.add_argument("--live", action=argparse.BooleanOptionalAction, default=True, help="also time Run it live")
-    p.add_argument("--shots", default="", help="steps to screenshot, e.g. 1,5,7")
+    p.add_argument("--shots", type=step_list, default="", help="steps to screenshot, e.g. 1,5,7")
     p.add_argument("--shot-dir", default="docs/img")
     args = p.parse_args()
 

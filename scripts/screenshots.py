@@ -21,6 +21,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from picaso_core.defaults import count  # noqa: E402
 
 # (file name, tab title, the button clicked to show the tab's phenomenon or None, seconds it may take,
 #  the element shot at the top of the window or None for the tab's top). A streaming run (COFFEE's live
@@ -93,13 +96,28 @@ def shrink(png: bytes, width: int, colors: int) -> bytes:
     return out.getvalue()
 
 
+def colors(text: str) -> int:
+    """argparse `type=` of --colors: a PNG palette's size, 1 to 256."""
+    n = count(1)(text)
+    if n > 256:
+        raise argparse.ArgumentTypeError(f"{n}: a PNG palette holds at most 256 colours")
+    return n
+
+
+def shot(name: str) -> str:
+    """argparse `type=` of --only: a name of SHOTS."""
+    if name not in {s[0] for s in SHOTS}:
+        raise argparse.ArgumentTypeError(f"unknown shot {name!r}: choose from {', '.join(s[0] for s in SHOTS)}")
+    return name
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", help="a running app (default: start python app.py on a free port)")
     p.add_argument("--out", default=str(ROOT / "docs" / "img"))
-    p.add_argument("--width", type=int, default=720, help="width of the saved PNGs (px)")
-    p.add_argument("--colors", type=int, default=96)
-    p.add_argument("--only", nargs="*", help="file names to take (default: all)")
+    p.add_argument("--width", type=count(1), default=720, help="width of the saved PNGs (px)")
+    p.add_argument("--colors", type=colors, default=96)
+    p.add_argument("--only", nargs="*", type=shot, help="file names to take (default: all)")
     a = p.parse_args(argv)
     from selenium.webdriver.common.by import By
 

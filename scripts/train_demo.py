@@ -24,14 +24,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core import ModelConfig, SSMLanguageModel, load_model  # noqa: E402
-from picaso_core.engine.init import mimetic_init_  # noqa: E402
+from picaso_core import ModelConfig  # noqa: E402
+from picaso_core.assets import ASSETS  # noqa: E402
 from picaso_core.data.demo_world import CONTEXT_SEP, MIXES, render_parts, training_examples  # noqa: E402
-from picaso_core.engine.loading import ASSETS, save_model  # noqa: E402
+from picaso_core.defaults import count, number  # noqa: E402
 from picaso_core.engine.tokenizer import Tokenizer  # noqa: E402
 
 
@@ -68,6 +66,8 @@ def packed_batches(tok: Tokenizer, seed: int, batch: int, seq_len: int, copy_dri
     <eos> and its targets are -100 (no loss); rows are filled first-fit from a pool of POOL
     documents, so little is padding. Documents longer than a row are skipped.
     Contexts appear in a random order (the generator shuffles them), which is what Concat sees."""
+    import torch  # here and in main, not at the top: --help and a bad value answer at once (issue 48)
+
     stream = training_examples(seed, mix=mix)
     rng = random.Random(seed)
     pool: list[list[int]] = []  # documents waiting for a row, oldest first
@@ -101,27 +101,33 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=str(ASSETS / "demo_model"))
     ap.add_argument("--init", default=None, help="start from this model folder instead of random weights "
                     "(a second training phase)")
-    ap.add_argument("--minutes", type=float, default=58.0, help="wall-clock training budget (compilation included)")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=512)
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--minutes", type=number(above=0), default=58.0,
+                    help="wall-clock training budget (compilation included)")
+    ap.add_argument("--batch", type=count(1), default=16)
+    ap.add_argument("--seq-len", type=count(1), default=512)
+    ap.add_argument("--lr", type=number(above=0), default=3e-3)
+    ap.add_argument("--warmup", type=count(1), default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--key-len", type=int, default=1, help="mimetic init: tokens per induction key")
+    ap.add_argument("--key-len", type=count(1), default=1, help="mimetic init: tokens per induction key")
     ap.add_argument("--init-scheme", choices=("mimetic", "default"), default="mimetic",
                     help="mimetic (picaso_core/engine/init.py: layers start as previous-token-key linear attention, "
                     "so copying from context is learnt in minutes) or mamba_ssm's default; ignored with --init")
     ap.add_argument("--mix", choices=sorted(MIXES), default="v4", help="document shares of the stream "
                     "(demo_world.MIXES): v4 trained the bundled model; v1 the first one (weak skills); v2 and v3 "
                     "earlier attempts")
-    ap.add_argument("--copy-drills", type=float, default=0.15, help="share of documents that are copy drills")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
-    ap.add_argument("--log-every", type=int, default=25)
-    ap.add_argument("--save-every", type=int, default=250)
+    ap.add_argument("--copy-drills", type=number(0, 1), default=0.15, help="share of documents that are copy drills")
+    ap.add_argument("--threads", type=count(0), default=0, help="torch threads (0: all cores)")
+    ap.add_argument("--log-every", type=count(1), default=25)
+    ap.add_argument("--save-every", type=count(1), default=250)
     ap.add_argument("--keep-checkpoints", action="store_true", help="also keep every saved step under <out>/checkpoints/")
     ap.add_argument("--no-compile", action="store_true", help="eager mode (torch.compile fuses the "
                     "scan's elementwise ops: ~1.5x faster on CPU after a ~1 min compile)")
     args = ap.parse_args(argv)
+    import torch
+
+    from picaso_core import SSMLanguageModel, load_model
+    from picaso_core.engine.init import mimetic_init_
+    from picaso_core.engine.loading import save_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
