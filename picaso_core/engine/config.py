@@ -41,6 +41,7 @@ class SSMConfig:
     dt_max: float = 0.1
     dt_init_floor: float = 1e-4
     dt_limit: tuple[float, float] = (0.0, float("inf"))  # Mamba2 clamp of softplus(dt)
+    bcdt_rms_eps: float | None = None  # Falcon-Mamba: RMS-normalise dt (low rank), B and C; None: off
 
     def __post_init__(self) -> None:
         if self.layer not in ("Mamba1", "Mamba2"):
@@ -119,14 +120,17 @@ class ModelConfig:
             ssm = decay = (L, self.d_inner, s.d_state)
         return {"ssm": ssm, "conv": (L, self.conv_dim, s.d_conv - 1), "log_decay": decay}
 
-    def state_nbytes(self) -> int:
-        """Bytes of one stored context state in float32 (ssm + conv + log_decay)."""
+    def state_nbytes(self, num_tokens: int = 0) -> int:
+        """Bytes of one stored context state in float32 (ssm + conv + log_decay), whatever
+        `num_tokens` (a hybrid's grows with it: HybridConfig)."""
         return 4 * sum(math.prod(v) for v in self.state_shapes().values())
 
     # ---- (de)serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["ssm_cfg"]["dt_limit"] = list(self.ssm_cfg.dt_limit)
+        if self.ssm_cfg.bcdt_rms_eps is None:  # absent unless set: the config (and fingerprint) as before
+            del d["ssm_cfg"]["bcdt_rms_eps"]
         return d
 
     @classmethod
@@ -145,10 +149,11 @@ class ModelConfig:
 
     @classmethod
     def from_transformers(cls, d: dict[str, Any]) -> "ModelConfig":
-        """Read a transformers MambaConfig / Mamba2Config dict (`model_type` mamba or mamba2)."""
+        """Read a transformers MambaConfig / Mamba2Config / FalconMambaConfig dict (`model_type`
+        mamba, mamba2 or falcon_mamba: Mamba-1 with RMS-normalised dt, B and C)."""
         mt = d.get("model_type")
-        if mt not in ("mamba", "mamba2"):
-            raise ValueError(f"transformers config has model_type={mt!r}; expected 'mamba' or 'mamba2'")
+        if mt not in ("mamba", "mamba2", "falcon_mamba"):
+            raise ValueError(f"transformers config has model_type={mt!r}; expected 'mamba', 'mamba2' or 'falcon_mamba'")
         common = dict(
             d_model=d["hidden_size"],
             n_layer=d["num_hidden_layers"],
@@ -176,6 +181,7 @@ class ModelConfig:
             layer="Mamba1", d_state=d.get("state_size", 16), d_conv=d.get("conv_kernel", 4),
             expand=d.get("expand", 2), dt_rank=d.get("time_step_rank", "auto"),
             conv_bias=d.get("use_conv_bias", True), bias=d.get("use_bias", False),
+            bcdt_rms_eps=_json_float(d.get("mixer_rms_eps", 1e-6)) if mt == "falcon_mamba" else None,
         )
         cfg = cls(ssm_cfg=ssm, **common)
         inter = d.get("intermediate_size")

@@ -3,8 +3,11 @@
 Folder layouts read:
   mamba_ssm     config.json {d_model, n_layer, ssm_cfg, ...} + pytorch_model.bin | model.safetensors
                 (state-spaces/mamba2-130m ... mamba2-2.7b, state-spaces/mamba-130m ... mamba-2.8b)
-  transformers  config.json {"model_type": "mamba" | "mamba2", ...} + model.safetensors
+  transformers  config.json {"model_type": "mamba" | "mamba2" | "falcon_mamba", ...} + model.safetensors
                 (possibly sharded with model.safetensors.index.json) | pytorch_model.bin
+  hybrids       the same files of a nemotron_h, granitemoehybrid or bamba checkpoint (engine/hybrid.py),
+                Nemotron-H's original names (backbone.*, one tensor per expert) and Granite's older
+                MoE names included; falcon_h1 is refused in one line saying why
 Tokenizer: the folder's tokenizer.json, else EleutherAI/gpt-neox-20b (what state-spaces models use);
 its end-of-text token is the one the checkpoint names (config.json eos_token_id, tokenizer_config.json /
 special_tokens_map.json eos_token; see picaso_core.engine.tokenizer.find_eos), None where it names none.
@@ -16,6 +19,7 @@ Every weight key and shape is checked; a mismatch names the key.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -23,6 +27,8 @@ from safetensors.torch import load_file, save_file
 
 from picaso_core.assets import ASSETS  # the checkout's assets/ or the installed package's copy
 from picaso_core.engine.config import ModelConfig
+from picaso_core.engine.hybrid import HybridLanguageModel
+from picaso_core.engine.hybrid_config import HYBRID_FAMILIES, UNSUPPORTED, HybridConfig
 from picaso_core.engine.model import SSMLanguageModel
 from picaso_core.engine.rng import seeded
 from picaso_core.engine.tokenizer import Tokenizer, check_hub_reachable, hub_offline
@@ -31,9 +37,12 @@ from picaso_core.engine.tokenizer import save as save_tokenizer
 DEMO_MODEL_DIR = ASSETS / "demo_model"
 # bundled models by name: the base demo model and its BPTC fine-tune (scripts/finetune_demo.py, PICASO sec. 5)
 BUNDLED = {"demo": (DEMO_MODEL_DIR, "scripts/train_demo.py"),
-           "demo-bptc": (ASSETS / "demo_model_bptc", "scripts/finetune_demo.py")}
+           "demo-bptc": (ASSETS / "demo_model_bptc", "scripts/finetune_demo.py"),
+           "demo-hybrid": (ASSETS / "demo_hybrid_model", "scripts/train_demo.py --arch hybrid --save-dtype bfloat16 "
+                           "--out assets/demo_hybrid_model")}
 DEFAULT_TOKENIZER = "EleutherAI/gpt-neox-20b"
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "tokenizer.json"]
+READS = ("mamba", "mamba2", "falcon_mamba", *HYBRID_FAMILIES)  # the transformers model_types load_model reads
 
 
 def load_model(name_or_path: str = "demo", device=None, dtype: torch.dtype | None = None) -> SSMLanguageModel:
@@ -42,7 +51,7 @@ def load_model(name_or_path: str = "demo", device=None, dtype: torch.dtype | Non
     folder = resolve_model_folder(name_or_path)
     config = read_config(folder)
     with seeded(0):  # the initial weights, overwritten below, drawn aside from torch's generator (engine/rng.py)
-        model = SSMLanguageModel(config)
+        model = HybridLanguageModel(config) if isinstance(config, HybridConfig) else SSMLanguageModel(config)
     load_weights(model, folder)
     model.tokenizer = _load_tokenizer(folder)
     if model.tokenizer.vocab_size > config.padded_vocab_size:
@@ -101,15 +110,40 @@ def _download(repo_id: str, patterns: list[str]) -> Path:
 
 
 # ---- config -----------------------------------------------------------------------------------
-def read_config(folder: Path) -> ModelConfig:
+def read_config(folder: Path) -> ModelConfig | HybridConfig:
     path = Path(folder) / "config.json"
     if not path.exists():
         raise FileNotFoundError(f"{folder} has no config.json")
     d = json.loads(path.read_text())
-    return ModelConfig.from_transformers(d) if "model_type" in d else ModelConfig.from_dict(d)
+    if "model_type" not in d:
+        return ModelConfig.from_dict(d)
+    mt = d["model_type"]
+    reads = f"this app reads {', '.join(READS)} (and mamba_ssm's config.json without a model_type)"
+    if mt in UNSUPPORTED:
+        raise ValueError(f"{path}: model_type {mt!r} is not supported: {UNSUPPORTED[mt]}; {reads}")
+    if mt not in READS:
+        raise ValueError(f"{path}: model_type {mt!r} is not a model this app reads; {reads}: "
+                         "point --model at a checkpoint of one of those")
+    if mt not in HYBRID_FAMILIES:
+        return ModelConfig.from_transformers(d)
+    try:
+        return HybridConfig.from_transformers(d)
+    except KeyError as e:
+        raise ValueError(f"{path} lacks {e.args[0]!r}, which a {mt} config needs: use the config.json that came "
+                         "with the checkpoint") from None
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}: fix it, or use the config.json that came with the checkpoint") from None
 
 
 # ---- weights ----------------------------------------------------------------------------------
+def _weights_file(folder: Path) -> str:
+    """The file a folder's weights are read from (for messages)."""
+    for name in ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin"):
+        if (Path(folder) / name).exists():
+            return name
+    return "model.safetensors"
+
+
 def _read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     folder = Path(folder)
     index = folder / "model.safetensors.index.json"
@@ -131,9 +165,61 @@ def _to_mamba_ssm_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k.replace("backbone.embeddings.", "backbone.embedding."): v for k, v in sd.items()}
 
 
+def _to_hybrid_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers' names for a hybrid's weights: Nemotron-H's original `backbone.` and one tensor per
+    expert (stacked here, as transformers' conversion does), Granite's older MoE names."""
+    out, experts = {}, {}
+    old = {"block_sparse_moe.input_linear.weight": "block_sparse_moe.experts.gate_up_proj",
+           "block_sparse_moe.output_linear.weight": "block_sparse_moe.experts.down_proj",
+           "block_sparse_moe.router.layer.weight": "block_sparse_moe.router.weight"}
+    for k, v in sd.items():
+        k = "model." + k[len("backbone."):] if k.startswith("backbone.") else k
+        k = next((k.replace(a, b) for a, b in old.items() if k.endswith(a)), k)
+        m = re.fullmatch(r"(.*\.mixer\.experts)\.(\d+)\.(up|down)_proj\.weight", k)
+        if m:
+            experts.setdefault(f"{m[1]}.{m[3]}_proj", {})[int(m[2])] = v
+        else:
+            out[k] = v
+    out.update({k: torch.stack([parts[i] for i in sorted(parts)]) for k, parts in experts.items()})
+    return out
+
+
+def _layer_kinds(keys) -> dict[int, str]:
+    """Each layer's kind as its weight names show it (a Mamba mixer's A_log, attention's q_proj, ...)."""
+    found: dict[int, set] = {}
+    for k in keys:
+        m = re.match(r"model\.layers\.(\d+)\.(.*)", k)
+        if m:
+            rest = m[2]
+            kind = ("mamba" if re.search(r"A_log|in_proj|conv1d", rest) else
+                    "attention" if re.search(r"[qkvo]_proj", rest) and "experts" not in rest else
+                    "moe" if "mixer.experts" in rest or "mixer.gate." in rest else
+                    "mlp" if "mixer.up_proj" in rest or "mixer.down_proj" in rest else None)
+            found.setdefault(int(m[1]), set()).add(kind)
+    order = ("mamba", "attention", "moe", "mlp")
+    return {i: next((k for k in order if k in s), "no") for i, s in found.items()}
+
+
+def _check_layer_kinds(model: HybridLanguageModel, sd: dict, folder: Path) -> None:
+    """A config whose pattern and weights disagree, named in one line (before the key-by-key check)."""
+    want, have = _layer_kinds(model.state_dict()), _layer_kinds(sd)
+    bad = next((i for i in sorted(want) if have.get(i, "no") != want[i]), None)
+    if bad is not None:
+        hf = model.config.hf
+        key = {"nemotron_h": "hybrid_override_pattern" if "hybrid_override_pattern" in hf else "layers_block_type",
+               "granitemoehybrid": "layer_types", "bamba": "attn_layer_indices"}[model.config.model_type]
+        raise ValueError(f"{Path(folder) / 'config.json'} ({key}) makes layer {bad} {want[bad]} but "
+                         f"{Path(folder) / _weights_file(folder)} holds {have.get(bad, 'no')} weights there: use the "
+                         f"config.json that came with these weights, or correct its {key}")
+
+
 def load_weights(model: SSMLanguageModel, folder: Path) -> None:
     """Copy a checkpoint into `model`, checking every key and shape."""
-    sd = _to_mamba_ssm_names(_read_state_dict(folder))
+    raw = _read_state_dict(folder)
+    hybrid = isinstance(model, HybridLanguageModel)
+    sd = _to_hybrid_names(raw) if hybrid else _to_mamba_ssm_names(raw)
+    if hybrid:
+        _check_layer_kinds(model, sd, folder)
     expected = model.state_dict()
     tied = model.config.tie_embeddings
     if tied:
@@ -141,22 +227,26 @@ def load_weights(model: SSMLanguageModel, folder: Path) -> None:
         sd.pop("lm_head.weight", None)  # a tied copy, when the checkpoint saved one
     missing = sorted(set(expected) - set(sd))
     unexpected = sorted(set(sd) - set(expected))
+    where = Path(folder) / _weights_file(folder)
     if missing or unexpected:
-        raise ValueError(f"{folder}: checkpoint does not match the config: "
+        raise ValueError(f"{where} does not match {Path(folder) / 'config.json'}: "
                          f"missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-                         f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
+                         f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}; "
+                         "re-download the weights, or use the config.json that came with them")
     for k, v in expected.items():
         if tuple(sd[k].shape) != tuple(v.shape):
-            raise ValueError(f"{folder}: weight {k} has shape {list(sd[k].shape)}, "
-                             f"the config needs {list(v.shape)}")
+            raise ValueError(f"{where}: weight {k} has shape {list(sd[k].shape)}, "
+                             f"the config needs {list(v.shape)}; use the config.json that came with these weights")
     model.load_state_dict(sd, strict=not tied)
 
 
 def save_model(model: SSMLanguageModel, folder: str | Path) -> None:
-    """Write `model` in the mamba_ssm layout: config.json + model.safetensors (+ tokenizer.json)."""
+    """Write `model` in the mamba_ssm layout (a hybrid: its family's transformers layout, which
+    transformers' own class loads): config.json + model.safetensors (+ tokenizer.json)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2))
+    cfg = model.config.hf if isinstance(model.config, HybridConfig) else model.config.to_dict()
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
         sd.pop("lm_head.weight")

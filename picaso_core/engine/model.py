@@ -162,16 +162,23 @@ class Mamba1Mixer(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(E, 1))
         self.D = nn.Parameter(torch.ones(E))
         self.out_proj = nn.Linear(E, cfg.d_model, bias=s.bias)
+        self.bcdt_rms_eps = s.bcdt_rms_eps  # Falcon-Mamba: dt, B, C each RMS-normalised (no weight); None: off
+
+    def _bcdt(self, dtBC: Tensor) -> list[Tensor]:
+        """x_proj's output split into dt (low rank), B, C; for Falcon-Mamba each RMS-normalised in float32."""
+        N, eps = self.cfg.ssm_cfg.d_state, self.bcdt_rms_eps
+        parts = dtBC.split([self.cfg.dt_rank, N, N], dim=-1)
+        return list(parts) if eps is None else [(f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + eps)).to(t.dtype)
+                                                for t, f in ((t, upcast(t)[0]) for t in parts)]
 
     def forward(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor, lengths: Tensor | None):
         """u [b, t, D]; conv_state [b, E, K-1]; ssm_state [b, E, N]; lengths [b] or None.
         Returns out [b, t, D], conv_state, ssm_state, log_decay [b, E, N]."""
         t = u.shape[1]
-        N, R = self.cfg.ssm_cfg.d_state, self.cfg.dt_rank
         x, z = self.in_proj(u).chunk(2, dim=-1)  # [b, t, E] each
         x, conv_state = causal_conv(x.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
                                     conv_state, lengths)  # x [b, E, t]
-        dt, B, C = self.x_proj(x.transpose(1, 2)).split([R, N, N], dim=-1)
+        dt, B, C = self._bcdt(self.x_proj(x.transpose(1, 2)))
         dt = F.softplus(upcast(self.dt_proj(dt))[0])  # [b, t, E], float32 decay math
         if lengths is not None:
             dt = dt * (torch.arange(t, device=u.device)[None, :] < lengths[:, None])[..., None]
@@ -185,10 +192,9 @@ class Mamba1Mixer(nn.Module):
     def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor, log_decay: Tensor) -> Tensor:
         """One token: u [b, D]; conv_state [b, E, K-1], ssm_state [b, E, N] and log_decay [b, E, N]
         (+= the step's dt·A) updated IN PLACE. Returns out [b, D]."""
-        N, R = self.cfg.ssm_cfg.d_state, self.cfg.dt_rank
         x, z = self.in_proj(u).chunk(2, dim=-1)  # [b, E] each
         x = conv_step(x, self.conv1d.weight, self.conv1d.bias, conv_state)
-        dt, B, C = self.x_proj(x).split([R, N, N], dim=-1)
+        dt, B, C = self._bcdt(self.x_proj(x))
         dt = F.softplus(upcast(self.dt_proj(dt))[0])  # [b, E]
         A = -torch.exp(upcast(self.A_log)[0])  # [E, N]
         # h = exp(dt A) h + dt B x;  y = Σ_n C h   (Mamba-1, per channel and state dimension)
@@ -279,8 +285,7 @@ class SSMLanguageModel(nn.Module):
         state.check_shapes(self.state_shapes)
         state = state.to(self.device)
         if not state.batched:
-            return ContextState(*(t.expand(b, *t.shape) for t in (state.ssm, state.conv, state.log_decay)),
-                                num_tokens=(int(state.num_tokens),) * b)
+            return state.expand(b)
         if state.batch_size != b:
             raise ValueError(f"batched state has {state.batch_size} rows but ids have {b}")
         return state

@@ -274,8 +274,10 @@ class StateStore(StoreWriter):
             for si, cids in missing.items():
                 path = self._ensure_good(si)
                 with safe_open(str(path), framework="pt", device="cpu") as f:
+                    names = set(f.keys())  # a hybrid model's states also hold "<id>/keys" and "<id>/values"
                     for cid in cids:
-                        tensors = {k: f.get_tensor(f"{cid}/{k}") for k in ("ssm", "conv", "log_decay")}
+                        tensors = {k: f.get_tensor(f"{cid}/{k}") for k in ("ssm", "conv", "log_decay", "keys", "values")
+                                   if f"{cid}/{k}" in names}
                         loaded[cid] = ContextState.from_tensors(tensors, self._contexts[cid]["num_tokens"])
             out = [loaded[cid] if cid in loaded else self._cache[cid] for cid in ids]
             for cid, state in zip(ids, out):
