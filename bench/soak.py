@@ -8,12 +8,22 @@ same queries repeat is a leak (or allocator retention); a serving app must stay 
     python bench/soak.py --clients 5 --rounds 1 --calls 60 --serial 0 --queries 60 --app-args=--encode-all  # load
     python bench/soak.py --url http://127.0.0.1:7860/ --pid 1234   # an app already running
     python bench/soak.py --mix --rounds 20 --calls 100    # every endpoint: the 2,000-call mixed soak
+    python bench/soak.py --mix --only compose,attribute --rounds 8 --calls 50   # some endpoints of the mix
+    python bench/soak.py --mix --app-env PICASO_MEMORY_DEBUG=1 ...   # also the heap and what grew, per round
 
 --mix: instead of /compose alone, the calls cycle through every model-bound and light endpoint a
 visitor reaches (compose, generate_answer, attribute, soup map / retrieve / two-task / decay,
 landscape, primer views, a short COFFEE run, tour steps, cache stats) with inputs from a fixed set,
 so after the first cycle every cache is warm and what grows is the serving itself. At the end it
 prints what each of the app's caches holds (`/cache_stats`'s "memory": picaso_core/memory.py).
+--only keeps the mix's calls to the endpoints named (finding which endpoint's calls grow).
+
+RSS: the median of --samples readings one second apart, taken --settle seconds after a round (past
+the app's 10 s heap trim, so what a heavy call freed is not counted as held). Growth over the last
+half of the calls is printed end to end (last reading minus the one before the half) and as a
+least-squares slope over the half's readings, both in MB per 1,000 calls. With the app's
+PICASO_MEMORY_DEBUG=1, each round also reads glibc's heap (in use / free but kept) and the object
+types whose counts grew (picaso_core/memory.py).
 
 Half of the clients (--new-sessions) open a fresh gradio_client session for every call (a visitor
 who reloads the page); the others keep theirs. Every call is one of the corpus's first --queries
@@ -48,6 +58,24 @@ def compose_calls(samples, k: int, labelled=()) -> list[dict]:
     """The Compose-only soak's calls: one per sample."""
     return [dict(query=s.query, continuation=s.continuation, k=k, example=s.sample_id, api_name="/compose")
             for s in samples]
+
+
+def endpoint(call: dict) -> str:
+    """A call's endpoint without its slash: "compose" for /compose."""
+    return call["api_name"].lstrip("/")
+
+
+def only_calls(calls: list[dict], only: str) -> list[dict]:
+    """The calls to the endpoints named in `only` (comma-separated, e.g. "compose,attribute"); all
+    where it is empty. An unknown name stops the run (a typo would soak nothing)."""
+    names = {n.strip().lstrip("/") for n in only.split(",") if n.strip()}
+    if not names:
+        return calls
+    unknown = names - {endpoint(c) for c in calls}
+    if unknown:
+        raise SystemExit(f"--only: no such endpoint in the mix: {', '.join(sorted(unknown))} "
+                         f"(the mix's: {', '.join(sorted({endpoint(c) for c in calls}))})")
+    return [c for c in calls if endpoint(c) in names]
 
 
 def mix_calls(samples, k: int, labelled=()) -> list[dict]:
@@ -92,15 +120,44 @@ def mix_calls(samples, k: int, labelled=()) -> list[dict]:
     return out
 
 
+def settled_rss(pid: int, settle: float, samples: int) -> float:
+    """RSS (MB) `settle` seconds from now: the median of `samples` readings one second apart (one
+    reading can land on a heavy call's buffers not yet handed back, or on a background step)."""
+    time.sleep(settle)
+    got = []
+    for i in range(max(1, samples)):
+        if i:
+            time.sleep(1.0)
+        got.append(rss_mb(pid))
+    return statistics.median(got)
+
+
+def growth(rss: list[float], calls: int) -> dict:
+    """Growth over the last half of the rounds of `rss` (index 0: start, 1: after the serial pass,
+    1 + r: after round r), MB per 1,000 calls: end to end (the last reading minus the one before the
+    half) and fitted (least squares over the half's readings and the one before)."""
+    rounds = len(rss) - 2
+    if rounds < 2:
+        return {"end_to_end_mb": 0.0, "fitted_mb_per_1000": 0.0, "calls": 0}
+    first = 1 + rounds // 2  # the reading before the last half's first round
+    tail = list(range(first, len(rss)))
+    n = (len(rss) - 1 - first) * calls
+    fitted = _slope([t * calls for t in tail], [rss[t] for t in tail])
+    return {"end_to_end_mb": round(rss[-1] - rss[first], 1), "fitted_mb_per_1000": round(1000 * fitted, 1),
+            "calls": n, "end_to_end_mb_per_1000": round(1000 * (rss[-1] - rss[first]) / n, 1)}
+
+
 def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, serial: int, k: int,
-         new_sessions: float, settle: float = 0.0, progress=print, mix: bool = False, labelled=()) -> dict:
+         new_sessions: float, settle: float = 0.0, progress=print, mix: bool = False, labelled=(),
+         only: str = "", rss_samples: int = 1) -> dict:
     """A serial pass of `serial` calls, then `rounds` rounds of `calls` calls shared by `clients`
-    threads; RSS (MB) after the serial pass and after each round (`settle` seconds after it, for
-    the app to hand freed pages back), and every call's seconds. mix: the calls of `mix_calls`
-    (every endpoint) instead of /compose alone; each endpoint's worst seconds are reported."""
+    threads; RSS (MB) after the serial pass and after each round (`settled_rss`: `settle` seconds
+    after it, for the app to hand freed pages back, the median of `rss_samples` readings), and every
+    call's seconds. mix: the calls of `mix_calls` (every endpoint) instead of /compose alone, only
+    those to the endpoints `only` names (`only_calls`); each endpoint's worst seconds are reported."""
     from gradio_client import Client
 
-    ask = (mix_calls if mix else compose_calls)(samples, k, labelled)
+    ask = only_calls((mix_calls if mix else compose_calls)(samples, k, labelled), only)
     worst: dict[str, float] = {}
     fresh_every_call = set(range(int(round(clients * new_sessions))))
     keep = {i: Client(url, verbose=False) for i in range(clients) if i not in fresh_every_call}
@@ -108,8 +165,8 @@ def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, 
     one = keep.get(clients - 1) or Client(url, verbose=False)
     for j in range(serial):
         one.predict(**ask[j % len(ask)])
-    time.sleep(settle)
-    rss.append(rss_mb(pid))
+    rss.append(settled_rss(pid, settle, rss_samples))
+    heaps = [_debug_line(one, progress)]
     progress(f"start {rss[0]:.0f} MB, after {serial} serial calls {rss[1]:.0f} MB")
     latencies, failures, busy_s = [], [], 0.0
     for r in range(rounds):
@@ -142,26 +199,41 @@ def soak(url: str, pid: int, samples, *, clients: int, rounds: int, calls: int, 
             th.join()
         took = time.perf_counter() - t0
         busy_s += took
-        time.sleep(settle)
-        rss.append(rss_mb(pid))
+        rss.append(settled_rss(pid, settle, rss_samples))
         progress(f"round {r + 1}/{rounds}: {calls} calls in {took:.1f} s, RSS {rss[-1]:.0f} MB")
+        heaps.append(_debug_line(one, progress))
     caches = {}
     try:
         caches = Client(url, verbose=False).predict(api_name="/cache_stats").get("memory", {})
     except Exception as e:  # noqa: BLE001  (an older app without the report)
         progress(f"no cache report: {e}")
-    half = rounds // 2
-    tail = list(range(1 + half, len(rss)))  # the rounds of the second half (and the one before)
-    slope = _slope([t * calls for t in tail], [rss[t] for t in tail]) if len(tail) > 1 else 0.0
-    return {"slope_last_half_kb_per_call": round(1024 * slope, 1), "rss_mb": [round(x, 1) for x in rss], "calls": rounds * calls, "serial": serial, "clients": clients,
-            "new_session_clients": len(fresh_every_call), "failures": len(failures), "failure_kinds": sorted(set(failures))[:5],
-            "growth_last_half_mb": round(rss[-1] - rss[2 + half - 1] if rounds > 1 else 0.0, 1),
-            "growth_per_call_last_half_kb": round(1024 * (rss[-1] - rss[2 + half - 1]) / max(1, (rounds - half) * calls), 1)
-            if rounds > 1 else 0.0,
+    return {"growth": growth(rss, calls), "rss_mb": [round(x, 1) for x in rss], "calls": rounds * calls,
+            "serial": serial, "clients": clients, "only": only, "rss_samples": rss_samples, "settle_s": settle,
+            "new_session_clients": len(fresh_every_call), "failures": len(failures),
+            "failure_kinds": sorted(set(failures))[:5], "heap_mb": heaps,
             "throughput_per_s": round(len(latencies) / busy_s, 3) if busy_s else None,
             "median_s": statistics.median(latencies) if latencies else None, "mix": mix,
             "worst_s": {k: round(v, 2) for k, v in sorted(worst.items())}, "caches": caches,
             "p95_s": sorted(latencies)[int(0.95 * (len(latencies) - 1))] if latencies else None}
+
+
+def _debug_line(client, progress) -> dict | None:
+    """With the app's PICASO_MEMORY_DEBUG: its heap now (printed with the types that grew); else None."""
+    try:
+        report = client.predict(api_name="/cache_stats").get("memory", {})
+    except Exception:  # noqa: BLE001  (a busy refusal: no reading this round)
+        return None
+    dbg = report.get("~debug")
+    if not dbg:
+        return None
+    d = dbg["detail"]
+    sizes = {k: round(v["bytes"] / 2**20, 1) for k, v in report.items() if v.get("bytes")}
+    progress(f"  caches {sum(sizes.values()):.0f} MB: {sizes}")
+    progress(f"  heap {d['heap']}; RSS {d.get('rss_mb')} MB, after a trim {d.get('rss_mb_after_a_trim')}; "
+             f"traced {d.get('traced_mb')} MB; types grew: {', '.join(d['types grew'][:6])}")
+    for line in (d.get("buffers") or []) + (d.get("python grew") or []):
+        progress(f"    {line}")
+    return d["heap"]
 
 
 def _slope(x: list[float], y: list[float]) -> float:
@@ -190,6 +262,8 @@ def main() -> None:
     p.add_argument("--pid", type=int, default=None, help="the process id of the app at --url")
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the app to start")
     p.add_argument("--mix", action="store_true", help="every endpoint instead of /compose alone (mix_calls)")
+    p.add_argument("--only", default="", help="with --mix: only these endpoints, e.g. compose,attribute")
+    p.add_argument("--samples", type=int, default=5, help="RSS readings (1 s apart) whose median a round reports")
     args = parse(p)
 
     from app_latency import launch, stop
@@ -212,14 +286,15 @@ def main() -> None:
         try:
             out = soak(url, pid, samples, clients=args.clients, rounds=args.rounds, calls=args.calls,
                        serial=args.serial, k=args.k, new_sessions=args.new_sessions, settle=args.settle,
-                       mix=args.mix, labelled=labelled)
+                       mix=args.mix, labelled=labelled, only=args.only, rss_samples=args.samples)
         finally:
             if proc is not None:
                 stop(proc, log)
     print(f"RSS per round (MB): {' -> '.join(f'{x:.0f}' for x in out['rss_mb'])}")
-    print(f"growth over the last {out['calls'] - out['calls'] // 2} calls: {out['growth_last_half_mb']:+.1f} MB "
-          f"({out['growth_per_call_last_half_kb']:+.1f} kB / call, fitted {out['slope_last_half_kb_per_call']:+.1f}); "
-          f"{out['failures']} failed calls; "
+    g = out["growth"]
+    print(f"growth over the last {g['calls']} calls: {g['end_to_end_mb']:+.1f} MB end to end "
+          f"({g.get('end_to_end_mb_per_1000', 0.0):+.1f} MB per 1,000 calls), fitted {g['fitted_mb_per_1000']:+.1f} MB "
+          f"per 1,000 calls; {out['failures']} failed calls; "
           f"latency median {out['median_s'] or 0:.2f} s, p95 {out['p95_s'] or 0:.2f} s, "
           f"{out['throughput_per_s'] or 0:.2f} answered calls / s")
     if out["failure_kinds"]:
@@ -227,6 +302,9 @@ def main() -> None:
     if args.mix:
         print("worst seconds per endpoint: " + ", ".join(f"{k} {v:.1f}" for k, v in out["worst_s"].items()))
     for name, c in sorted(out["caches"].items(), key=lambda kv: -(kv[1].get("bytes") or 0)):
+        if "detail" in c:  # PICASO_MEMORY_DEBUG's entry
+            print(f"  debug: heap {c['detail']['heap']}; parts {c['detail']['parts']}")
+            continue
         size = "?" if c.get("bytes") is None else f"{c['bytes'] / 2**20:8.1f} MB"
         print(f"  cache {name:<28} {size}   bound: {c['bound']}")
     write_json(args, out, env=env)

@@ -217,10 +217,18 @@ def _trim_every(seconds: float) -> None:
 
 def tune_allocator() -> None:
     """glibc only: at most 2 malloc arenas (each worker thread would get its own, and freed tensor
-    memory stays in it, so resident memory grows with the threads that ever ran a job)."""
+    memory stays in it, so resident memory grows with the threads that ever ran a job), and a fixed
+    mmap threshold: blocks of MMAP_THRESHOLD and more are mapped on their own and handed back when
+    freed. glibc's default raises the threshold to the largest block freed so far (up to 32 MiB), so
+    after the first big tensor every tensor lands in the arenas, where what outlives a request pins
+    the freed pages: 200 mixed calls left 1.5 GB of 2.3 GB of arenas freed (docs/serving.md, 'Memory')."""
     libc = _libc()
     if libc is not None:
         libc.mallopt(-8, 2)  # M_ARENA_MAX
+        libc.mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD (setting it also stops the dynamic raise)
+
+
+MMAP_THRESHOLD = int(os.environ.get("PICASO_MMAP_THRESHOLD") or 256 * 1024)  # bytes; the soak measured 256 KiB
 
 
 def trim() -> None:
@@ -256,5 +264,17 @@ def register_memory(demo, res, max_sessions: int) -> None:
     memory.register("gradio: sessions", sessions, f"--max-sessions ({max_sessions} sessions)")
     memory.register("store: states in memory", lambda: getattr(res.store, "_cache", None),
                     f"{getattr(res.store, 'cache_bytes', CACHE_BYTES) / 2**20:.0f} MiB LRU")
-    memory.register("session: derived per app", lambda: res._derived,
-                    "one of each per loaded model (skill library, rankers, fine-tuned model, tour runs)")
+    # what every tab shares is no cache: a lab that keeps its Resources is charged only for its own
+    memory.not_a_cache("the loaded model", lambda: [res, res.model, res.corpus, res.store, res.retriever])
+    for name, (what, bound) in DERIVED.items():
+        memory.register(what, lambda name=name: res._derived.get(name), bound)
+    memory.register("session: derived, other", lambda: {k: v for k, v in res._derived.items() if k not in DERIVED},
+                    "one of each per loaded model")
+
+
+# what the tabs derive once per loaded model (Resources.derived): its name there -> (report name, bound)
+DERIVED = {
+    "soup_lab": ("soup: skill library", "fixed: 240 states, unit features per (layer, part) asked, 48 maps"),
+    "tuned": ("finetune: tuned model and store", f"one model; its store's LRU {CACHE_BYTES / 2**20:.0f} MiB"),
+    "source_store": ("attribution: source states", f"LRU {CACHE_BYTES / 2**20:.0f} MiB"),
+}
