@@ -40,6 +40,12 @@ The rest of the composed state, the same for every method:
     num_tokens  Σ_k num_tokens_k.
 All of it is torch ops, differentiable with respect to the states, the log-decays and the weights
 (backpropagation through composition, sec. 5).
+
+A hybrid model's states (attention layers beside the Mamba layers) compose their SSM part as above,
+stacked over the SSM layers; each attention layer's keys and values are the contexts' own, joined
+along the positions in presentation order, re-rotated to their offsets in the joined sequence under
+RoPE (`compose_attention`; the math, and what is exact, in docs/hybrid.md "Composition").
+attention="drop" is the ablation without them. A pure model's composition is unchanged.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ import torch
 from torch import Tensor
 
 from picaso_core import deadline
+from picaso_core.compose_attention import check_modes, comparable_shapes, composed_kv, join_kv, rotary
 from picaso_core.engine.state import ContextState
 
 __all__ = [
@@ -154,7 +161,8 @@ def composition_weights(method: str, log_decays: Tensor, weights=None) -> Tensor
 # --------------------------------------------------------------------------------------------
 # Composition of states
 # --------------------------------------------------------------------------------------------
-def compose(method: str, states: Sequence[ContextState], *, weights=None, conv: str = "mean") -> ContextState:
+def compose(method: str, states: Sequence[ContextState], *, weights=None, conv: str = "mean", attention: str = "join",
+            rope: str = "joined", config=None) -> ContextState:
     """Compose context states without touching the model (paper sec. 3.3).
 
     Args:
@@ -164,15 +172,24 @@ def compose(method: str, states: Sequence[ContextState], *, weights=None, conv: 
             rotation.
         weights: "weighted" only: n real numbers (list or 1-D tensor, differentiable).
         conv: "mean" (paper) or "last": see the module docstring.
+        attention: a hybrid's attention layers: "join" the contexts' keys and values (presentation
+            order; "weighted": those of weight != 0) or "drop" them (the ablation: T = 0 positions).
+        rope: "joined" (RoPE keys rotated to their offsets in the joined sequence) or "own" (each
+            context keeps its positions 0..T_k-1); no effect without RoPE.
+        config: the model (or model.config) the states come from: its RoPE. None: keys are joined as
+            stored, which is "own" for a RoPE model (pass it there) and exact without RoPE.
     Returns:
-        one ContextState: ssm Σ_k W_k x_k, conv, log_decay Σ_k log_decay_k, num_tokens Σ_k.
+        one ContextState: ssm Σ_k W_k x_k, conv, log_decay Σ_k log_decay_k, num_tokens Σ_k; a hybrid's
+        keys and values [A, Hkv, Σ_k T_k, dh] (join) or [A, Hkv, 0, dh] (drop).
     Raises:
-        ValueError for an unknown method or conv mode, an empty list, a batched state, states of
-        different shapes (different models), NaN/inf in a state, or bad weights.
+        ValueError for an unknown method, conv, attention or rope mode, an empty list, a batched
+        state, states of different shapes (different models, a pure and a hybrid state, other
+        attention heads), NaN/inf in a state, or bad weights.
     """
     _check_method(method, weights)
     if conv not in CONV_MODES:
         raise ValueError(f"conv={conv!r}: valid values are {CONV_MODES}")
+    check_modes(attention, rope)
     _check_states(states)
     n = len(states)
     log_decays = torch.stack([s.log_decay for s in states])  # [n, *A.shape]
@@ -191,8 +208,10 @@ def compose(method: str, states: Sequence[ContextState], *, weights=None, conv: 
         else:
             c = torch.full((n,), 1.0 / n, dtype=log_decays.dtype, device=log_decays.device)
         conv_state = torch.einsum("k,k...->...", c, torch.stack([s.conv for s in states]))  # small: 2 ops
+    w = _as_weights(weights, n, log_decays) if method == "weighted" else None
     out = ContextState(ssm=ssm, conv=conv_state, log_decay=log_decays.sum(0),
-                       num_tokens=sum(int(s.num_tokens) for s in states))
+                       num_tokens=sum(int(s.num_tokens) for s in states),
+                       **composed_kv(states, method, w, attention, rotary(config), rope))
     _check_output(out, states)
     return out
 
@@ -228,7 +247,8 @@ def weighted_sum(W: Tensor, xs: Sequence[Tensor]) -> Tensor:
 # Composition from tokens (forward passes)
 # --------------------------------------------------------------------------------------------
 def compose_tokens(model, contexts_ids: Sequence[Sequence[int]], method: str,
-                   states: Sequence[ContextState] | None = None, threads: int = 1) -> ContextState:
+                   states: Sequence[ContextState] | None = None, threads: int = 1, *,
+                   rope: str = "joined") -> ContextState:
     """Compose contexts by running the model on their tokens (the baselines of sec. 3.3 / 6.2).
 
     Args:
@@ -248,6 +268,7 @@ def compose_tokens(model, contexts_ids: Sequence[Sequence[int]], method: str,
             on fewer threads than it has cores: the app's jobs run one torch thread each, and on 2
             cores two groups read the 5 rotations of a click in 0.58x the time of one batch. Each
             group is padded on its own, so the state equals the one-batch state up to float rounding.
+        rope: picconcat_r on a RoPE hybrid: see `mean_of_rotations`.
     Returns:
         one ContextState.
     """
@@ -269,11 +290,12 @@ def compose_tokens(model, contexts_ids: Sequence[Sequence[int]], method: str,
     n = len(ids)
     if states is None:
         rotations = [[t for c in ids[r:] + ids[:r] for t in c] for r in range(n)]
-        return mean_of_rotations(_encode_in_groups(model, rotations, None, threads))  # each rotation is the whole text
+        return mean_of_rotations(_encode_in_groups(model, rotations, None, threads),  # each rotation: the whole text
+                                 config=model.config, rope=rope)
     # rotation r opens with context r, and its stored state is the reading of it: each rotation
     # reads the other n-1 contexts from there (one batched forward, 1/n fewer tokens)
     rests = [[t for c in ids[r + 1:] + ids[:r] for t in c] for r in range(n)]
-    return mean_of_rotations(_encode_in_groups(model, rests, list(states), threads))
+    return mean_of_rotations(_encode_in_groups(model, rests, list(states), threads), config=model.config, rope=rope)
 
 
 def _encode_in_groups(model, seqs: list, states: list | None, threads: int) -> list[ContextState]:
@@ -298,13 +320,24 @@ def _encode_in_groups(model, seqs: list, states: list | None, threads: int) -> l
         return first + [x for f in rest for x in f.result()]
 
 
-def mean_of_rotations(rotations: Sequence[ContextState]) -> ContextState:
+def mean_of_rotations(rotations: Sequence[ContextState], *, config=None, rope: str = "joined") -> ContextState:
     """PICConcat-R's state from the states of the n rotations of one concatenation: ssm and conv
     (each rotation's own last inputs) averaged; log_decay their mean (all equal up to rounding:
-    each is the decay of all the tokens); num_tokens that of one rotation, the whole text."""
+    each is the decay of all the tokens); num_tokens that of one rotation, the whole text.
+
+    A hybrid's attention layers: every rotation's keys and values joined, rotation after rotation
+    (n T positions; under RoPE with rope="joined", rotation r's keys at offset r T: `config` gives the
+    RoPE, see `compose`). Their mean has no other meaning that a cache can hold (position t holds a
+    different token in each rotation), and the join is the mean where it can be: attention over n
+    copies of one cache gives that cache's output, and, without position encoding, a cyclic shift of
+    the contexts only reorders the rotations, so the state stays invariant as PICConcat-R's is."""
     rot = ContextState.stack(list(rotations))
+    kv = {}
+    if rot.keys is not None:
+        check_modes("join", rope)
+        kv = dict(zip(("keys", "values"), join_kv([(r.keys, r.values) for r in rotations], rotary(config), rope)))
     return ContextState(ssm=rot.ssm.mean(0), conv=rot.conv.mean(0), log_decay=rot.log_decay.mean(0),
-                        num_tokens=int(rotations[0].num_tokens))
+                        num_tokens=int(rotations[0].num_tokens), **kv)
 
 
 def nested_token_states(model, ranked_ids: Sequence[Sequence[int]], ranked_states: Sequence[ContextState],
@@ -353,7 +386,7 @@ def nested_token_states(model, ranked_ids: Sequence[Sequence[int]], ranked_state
     for (k, _), st in zip(jobs, rots):
         by_k[k].append(st)
     for k, parts in by_k.items():
-        out[k]["picconcat_r"] = mean_of_rotations(parts)
+        out[k]["picconcat_r"] = mean_of_rotations(parts, config=model.config)
     return out
 
 
@@ -391,7 +424,9 @@ def _check_states(states: Sequence[ContextState]) -> None:
         if s.batched:
             raise ValueError(f"state {i} is a batch of {s.batch_size} states; compose takes a list of single "
                              "states: pass batch.unbind()")
-        s.check_shapes(states[0].shapes, what=f"state {i} of {n} (shapes differ from state 0)")
+    expected = comparable_shapes(states[0])  # a hybrid's states hold any number of key positions each
+    for i, s in enumerate(states):
+        s.check_shapes(expected, what=f"state {i} of {n} (shapes differ from state 0)")
         ld = s.log_decay
         if not torch.isfinite(ld).all() or (ld > 0).any():
             s.check_finite(what=f"state {i} of {n}")
@@ -402,7 +437,8 @@ def _check_output(out: ContextState, states: Sequence[ContextState]) -> None:
     check of the result finds it at 1/n of the cost of checking every input; the check is a sum
     (a NaN or inf anywhere makes it non-finite; no boolean tensor to allocate), and only when it
     fails are the elements and then the inputs searched, to name the culprit."""
-    if all(torch.isfinite(t.sum()) or torch.isfinite(t).all() for t in (out.ssm, out.conv)):
+    parts = (out.ssm, out.conv) if out.keys is None else (out.ssm, out.conv, out.keys, out.values)
+    if all(torch.isfinite(t.sum()) or torch.isfinite(t).all() for t in parts):
         return
     for i, s in enumerate(states):
         s.check_finite(what=f"state {i} of {len(states)}")

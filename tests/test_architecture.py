@@ -7,6 +7,7 @@ also those inside functions) has no circle, and imports run downward only:
     analysis · finetune · lab · plots   what the app shows (may import each other, without circles)
     store · retrieval                   the database of states, and what to fetch from it
     compose · data                      the composition methods; the corpora
+    compose_attention                   a hybrid's attention layers in a composition (compose imports it)
     engine                              the model, its state, decoding, loading
     assets · faces · memory · deadline  where the bundled files are; a package's lazy face; the caches' sizes;
                                         a job's time limit; defaults: the flags' light defaults (no torch)
@@ -38,9 +39,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "picaso_core"
 
-TIER = {"assets": 0, "faces": 0, "memory": 0, "deadline": 0, "defaults": 0, "engine": 1, "compose": 2, "data": 2,
-        "store": 3, "retrieval": 3, "analysis": 4, "finetune": 4, "lab": 4, "plots": 4, "session": 5, "experiments": 5,
-        "ui": 6, "space": 7}
+TIER = {"assets": 0, "faces": 0, "memory": 0, "deadline": 0, "defaults": 0, "engine": 1, "compose_attention": 1.5,
+        "compose": 2, "data": 2, "store": 3, "retrieval": 3, "analysis": 4, "finetune": 4, "lab": 4, "plots": 4,
+        "session": 5, "experiments": 5, "ui": 6, "space": 7}
 
 
 def modules(pkg: Path = PKG) -> dict[str, tuple[Path, bool]]:

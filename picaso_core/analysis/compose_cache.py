@@ -55,7 +55,10 @@ def canonical(method: str, ids: Sequence[str]) -> tuple[str, ...]:
 
 
 def state_nbytes(state) -> int:
-    return sum(t.numel() * t.element_size() for t in (state.ssm, state.conv, state.log_decay))
+    """Bytes the state holds: its SSM part and, for a hybrid model, the keys and values of its
+    attention layers (these grow with the tokens: a composed state holds every context's)."""
+    parts = (state.ssm, state.conv, state.log_decay, getattr(state, "keys", None), getattr(state, "values", None))
+    return sum(t.numel() * t.element_size() for t in parts if t is not None)
 
 
 @dataclass

@@ -39,7 +39,7 @@ import torch
 
 from picaso_core.store.format import (DAMAGED, FORMAT, META_FILE, SHARD_BYTES, SIDECAR, StoreError, _sha256,
                                       check_dtype, index_sidecar, is_url, move_aside, parse_index, save_shard,
-                                      shard_tensors, share_mode, sidecar, text_hash, tqdm_progress)
+                                      shard_groups, shard_tensors, share_mode, sidecar, text_hash, tqdm_progress)
 from picaso_core.store.writer import READ_ONLY_ERRNOS
 
 # the separator the demo model saw between contexts: the app's and the experiments' CONTEXT_SUFFIX
@@ -397,7 +397,8 @@ def build_store(model, contexts: Sequence[tuple[str, str]], out: str | Path, *, 
         out: a folder or an fsspec URL (s3://..., memory://... for the local engine only).
         engine: "local" (this process) or "ray" (Ray Data actors; `workers` of them).
         address: an existing Ray cluster ("auto", "ray://host:10001"); None starts a local one.
-        shard_size: contexts per shard (= per Ray batch); default: as many as fit in SHARD_BYTES.
+        shard_size: contexts per shard (= per Ray batch); default: as many as fit in SHARD_BYTES by
+            their real bytes (config.state_nbytes(tokens): a hybrid's grow with the tokens).
         verify: hash every shard already there against its recorded sha256 (sizes are always
             checked); default: on for a local folder, off for a URL (it would download every shard).
         rebuild_index: ignore store.json (an unreadable one) and rebuild it from the shards' sidecars.
@@ -416,24 +417,27 @@ def build_store(model, contexts: Sequence[tuple[str, str]], out: str | Path, *, 
     fs.makedirs(root, exist_ok=True)
     verify = not is_url(out) if verify is None else verify
     meta, records, todo = plan(model, contexts, str(out), dtype, suffix, verify, rebuild_index)
-    shard_size = shard_size or max(1, SHARD_BYTES // model.config.state_nbytes())
     if progress is True:
         progress = tqdm_progress(f"encoding {len(todo)} contexts ({engine})")
     progress = progress or (lambda i, n: None)
     tok = model.tokenizer
     # shards (and the batches inside them) group contexts of similar length: little padding
-    todo_sorted = sorted(todo, key=lambda it: len(tok.encode(it[1] + suffix)))
+    lengths = {cid: len(tok.encode(text + suffix)) for cid, text in todo}
+    todo_sorted = sorted(todo, key=lambda it: lengths[it[0]])
     enc = dict(out=str(out), dtype=dtype, suffix=suffix, fingerprint=model.fingerprint(), batch_size=batch_size)
     t0 = time.perf_counter()
     if todo and engine == "local":
-        batches = [todo_sorted[i:i + shard_size] for i in range(0, len(todo_sorted), shard_size)]
+        # shards by their real bytes (a hybrid's keys and values grow with the tokens)
+        batches = shard_groups(todo_sorted, [lengths[c] for c, _ in todo_sorted], model.config, shard_size)
         records += _local_engine(ShardEncoder(model, worker="local", **enc), batches, progress)
     elif todo:
         name = getattr(model, "name_or_path", None)
         if not isinstance(name, str):
             raise StoreError("the Ray engine loads the model on each worker: set model.name_or_path to what "
                              "load_model takes ('demo', a folder every node sees, or a hub id)")
-        records += _ray_engine({"model": name, **enc}, todo_sorted, shard_size, workers, address, progress)
+        # Ray batches by count: as many of the longest context as fit in SHARD_BYTES
+        per_shard = shard_size or max(1, SHARD_BYTES // model.config.state_nbytes(lengths[todo_sorted[-1][0]]))
+        records += _ray_engine({"model": name, **enc}, todo_sorted, per_shard, workers, address, progress)
     seconds = time.perf_counter() - t0
     new = write_index(model, contexts, str(out), dtype, suffix, meta, records)
     return {"encoded": len(todo), "skipped": len(contexts) - len(todo), "seconds": seconds,

@@ -57,6 +57,24 @@ def shard_tensors(cids: Sequence[str], states: Sequence[ContextState], shapes: d
     return tensors
 
 
+def shard_groups(items: Sequence, num_tokens: Sequence[int], config, shard_size: int | None = None) -> list[list]:
+    """`items` (in order, with their tokens `num_tokens`) cut into shards: `shard_size` each where
+    given, else as many as fit in SHARD_BYTES by each one's real bytes, config.state_nbytes(tokens)
+    (fixed for a pure model; a hybrid's keys and values grow with the tokens), at least one each."""
+    if shard_size:
+        return [list(items[i:i + shard_size]) for i in range(0, len(items), shard_size)]
+    groups: list[list] = []
+    size = 0
+    for item, n in zip(items, num_tokens, strict=True):
+        nbytes = config.state_nbytes(int(n))
+        if not groups or size + nbytes > SHARD_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += nbytes
+    return groups
+
+
 def text_hash(text: str) -> str:
     """The digest of a context's text a sidecar records (a rerun refuses a text changed under its id)."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from picaso_core.engine.state import ContextState
-from picaso_core.store.format import (FORMAT, META_FILE, SHARD_BYTES, SIDECAR, Progress, StoreError, _atomic_write_text,
-                                      _sha256, check_dtype, move_aside, save_shard, shard_tensors, share_mode, sidecar,
-                                      tqdm_progress)
+from picaso_core.store.format import (FORMAT, META_FILE, SIDECAR, Progress, StoreError, _atomic_write_text, _sha256,
+                                      check_dtype, move_aside, save_shard, shard_groups, shard_tensors, share_mode,
+                                      sidecar, tqdm_progress)
 
 # what a write into a read-only mount, or into another account's folder, fails with
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -101,15 +101,15 @@ class StoreWriter:
         self._check_writable()
         if progress is True:
             progress = tqdm_progress(f"encoding {len(items)} contexts")
-        shard_size = shard_size or max(1, SHARD_BYTES // self.model.config.state_nbytes())
         tok = self.model.tokenizer
         token_ids = {cid: tok.encode(text + self.suffix) for cid, text in items}
         # Shards group contexts of similar length, so the batches inside them pad little.
         by_length = sorted(items, key=lambda it: len(token_ids[it[0]]))
         new_entries = {cid: {"id": cid, "text": text, "num_tokens": len(token_ids[cid])} for cid, text in items}
         done = 0
-        for start in range(0, len(by_length), shard_size):
-            chunk = [cid for cid, _ in by_length[start : start + shard_size]]
+        lengths = [len(token_ids[cid]) for cid, _ in by_length]
+        for group in shard_groups(by_length, lengths, self.model.config, shard_size):  # by bytes: a hybrid's grow
+            chunk = [cid for cid, _ in group]
             base = done
 
             def sub(i: int, n: int, base=base) -> None:
