@@ -1,7 +1,8 @@
 """A room at once (issue 48, item 8): a speaker shows the Space's address and the audience opens it
 together. Each visitor loads the page (GET /), its config (GET /config), then steps the tour the way
-the browser does: the Next button's event joined on the queue (POST /gradio_api/queue/join) and its
-result read from the session's event stream (GET /gradio_api/queue/data), a cached step; and asks
+the browser does: the Next button's event, a cached step, posted and answered (POST
+/gradio_api/run/predict: the event is queue=False), or for a queued event joined on the queue (POST
+/gradio_api/queue/join) and its result read from the session's event stream; and asks
 /tour_step through the API (POST /gradio_api/call/tour_step, then its result stream), as
 gradio_client does. Every visitor runs at once (one connection pool each), after the same run with
 one visitor; prints p50 / p95 / max per request kind and the errors.
@@ -12,8 +13,8 @@ one visitor; prints p50 / p95 / max per request kind and the errors.
 
 Bounds (issue 48.8): every page load <= 3 s and every cached step <= 1 s at the 95th percentile, no
 error, on the 2-core demo. The page, its config and the cached steps take no model worker (the Next
-click is a light event, /tour_step reads the cache outside the queue), so a visitor's wait is the
-server's event loop and threads, not the model pool.
+click is a light event answered on its request, /tour_step a light API call), so a visitor's wait is
+the server's event loop and threads, not the model pool. Figures: docs/serving.md, "A room at once".
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import json
 import os
 import random
+import ssl
 import statistics
 import sys
 import tempfile
@@ -56,13 +58,16 @@ async def read_stream(client, url: str, session: str, event_id: str) -> dict:
     raise RuntimeError("the stream ended before the step completed")
 
 
-async def visitor(url: str, dep: dict, steps: int, timeout: float, rng: random.Random) -> dict:
-    """One visitor's requests, timed: {kind: seconds or an error string}."""
+async def visitor(url: str, dep: dict, steps: int, timeout: float, rng: random.Random, tls) -> dict:
+    """One visitor's requests, timed: {kind: seconds or an error string}. `tls`: the SSL context the
+    visitors share (httpx builds one per client otherwise, ~10-70 ms of this process's CPU each: 100
+    of them held this process's event loop, and every visitor's timings with it, for seconds)."""
     import httpx
 
     out: dict = {}
     session = "room" + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(8))
-    async with httpx.AsyncClient(timeout=timeout, headers={"accept-encoding": "gzip, deflate, br"}) as client:
+    async with httpx.AsyncClient(timeout=timeout, headers={"accept-encoding": "gzip, deflate, br"},
+                                 verify=tls) as client:
         async def timed(kind, coro):
             t0 = time.perf_counter()
             try:
@@ -77,10 +82,16 @@ async def visitor(url: str, dep: dict, steps: int, timeout: float, rng: random.R
             await r.aread()
 
         async def step_next():
-            n = rng.randrange(1, steps)  # the step on screen; Next shows n + 1
-            r = await client.post(url + "gradio_api/queue/join", json={
-                "data": [n, []], "event_data": None, "fn_index": dep["id"], "trigger_id": dep["targets"][0][0],
-                "session_hash": session})
+            # the step on screen is the session's (a gr.State): a new visitor's Next shows step 1
+            body = {"data": [None, []], "event_data": None, "fn_index": dep["id"], "trigger_id": dep["targets"][0][0],
+                    "session_hash": session}
+            if dep.get("queue") is False:  # as the page sends it: posted and answered, no queue, no stream
+                r = await client.post(url + "gradio_api/run/predict", json=body)
+                r.raise_for_status()
+                if len(r.json().get("data") or ()) != len(dep["outputs"]):
+                    raise RuntimeError(str(r.json())[:120])
+                return
+            r = await client.post(url + "gradio_api/queue/join", json=body)
             r.raise_for_status()
             msg = await read_stream(client, url, session, r.json()["event_id"])
             if not msg.get("success"):
@@ -111,8 +122,8 @@ async def visitor(url: str, dep: dict, steps: int, timeout: float, rng: random.R
 
 
 async def room(url: str, visitors: int, dep: dict, steps: int, timeout: float, seed: int = 0) -> list[dict]:
-    rng = random.Random(seed)
-    return await asyncio.gather(*(visitor(url, dep, steps, timeout, random.Random(rng.random()))
+    rng, tls = random.Random(seed), ssl.create_default_context()
+    return await asyncio.gather(*(visitor(url, dep, steps, timeout, random.Random(rng.random()), tls)
                                   for _ in range(visitors)))
 
 

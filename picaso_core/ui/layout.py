@@ -82,6 +82,9 @@ CSS = """
 /* talk mode: the tour bar, the header's row, large text for a projector, a plot in full screen */
 .px-talk {align-items:center; gap:8px}
 .px-off {display:none !important}
+/* the tour bar's plots and table a step leaves unused (controls.bar_classes): hidden by a class, no update */
+#tour-bar.px-figs-0 #tour-fig-0, #tour-bar:is(.px-figs-0, .px-figs-1) #tour-fig-1,
+#tour-bar.px-notable :is(#tour-table, #tour-table-title) {display:none !important}
 .px-tour {border:2px solid var(--color-accent); border-radius:10px; padding:8px 12px !important;
   background:var(--block-background-fill)}
 #tour-text {font-size:1.05em}
