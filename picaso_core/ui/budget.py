@@ -53,6 +53,9 @@ CAPS: dict[str, Cap] = {
     # the attention baseline it times is quadratic: the longest length decides (16,384 took 53 s loaded)
     "/primer_complexity": Cap("tokens in the longest length", 8_192, "", "shorter lengths"),
     "/primer_lti": Cap("state-steps", 64 * 512, "", "a smaller N or T"),  # light: numpy, no model
+    # the block walk sends every token's state of one head to the page (~8 KiB a token on the demo)
+    "/block_walk_view": Cap("tokens", 48, "", "shorten the text"),
+    "/block_walk": Cap("tokens", 48, "like the walk it reads from", "shorten the text"),
     "/benchmarks": Cap("sample-k-methods", 400, "", "fewer samples, ks or methods"),
     "/coffee_train": Cap("seconds of training", 300, "", "a smaller time budget"),
     "/coffee_ih0": Cap("Adam steps", 2_000, "", "fewer steps"),

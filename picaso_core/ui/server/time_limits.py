@@ -27,6 +27,7 @@ DEFAULT_LIMITS = {
     "soup_map": DEFAULT_S, "soup_retrieve": DEFAULT_S, "soup_retrieval": DEFAULT_S, "soup_mixing": DEFAULT_S,
     "soup_two_task": DEFAULT_S, "soup_decay": DEFAULT_S,
     "primer_model": DEFAULT_S, "primer_attention": DEFAULT_S, "primer_complexity": DEFAULT_S,
+    "block_walk": DEFAULT_S, "block_walk_view": DEFAULT_S,
     "benchmarks": 120.0,
     "coffee_train": 420.0,  # its own time budget is at most 300 s of training (coffee.MAX_SECONDS), then evaluation
     "coffee_ih0": 120.0,

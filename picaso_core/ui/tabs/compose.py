@@ -28,10 +28,11 @@ from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
 from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import HISTORY_ROWS, LIGHT, MODEL
-from picaso_core.ui.tabs.compose_runs import FIGURES, cache_stats, memo, retrieve, run_methods_cached
-from picaso_core.ui.tabs.compose_views import (ENDPOINT, LABEL, METHODS, RESULT_COLUMNS, TABLE_NOTE, Context,
-                                               api_snippet, contexts_html, generations_html, history_row,
-                                               python_snippet, results_data, results_plot, results_table, summary_md)
+from picaso_core.ui.tabs.compose_runs import ABLATION, FIGURES, cache_stats, memo, retrieve, run_methods_cached
+from picaso_core.ui.tabs.compose_views import (ABLATION_ROW, ENDPOINT, LABEL, METHODS, RESULT_COLUMNS, TABLE_NOTE,
+                                               Context, api_snippet, contexts_html, generations_html, history_row,
+                                               python_snippet, results_data, results_plot, results_table,
+                                               state_size_md, state_sizes, summary_md)
 
 TITLE = "Compose & compare"
 K_MAX = budget.PICKED_CONTEXTS  # the paper retrieves up to 10 chunks (sec. 6.1); picked ones alike
@@ -198,11 +199,16 @@ def run_compose(res: Resources, req: ComposeRequest, progress=lambda *a, **kw: N
     # through the composed-state and scored-run caches (compose_runs); each result's note
     # says whether its state came from the cache
     results = run_methods_cached(res, query_ids, continuation_ids, [c.cid for c in contexts],
-                                 tuple(m for m, *_ in METHODS), max_new_tokens, progress)
+                                 methods_of(res), max_new_tokens, progress)
     progress(1.0, desc="done")
     if not scored:
         results = [replace(r, loss=float("nan"), ppl=float("nan")) for r in results]
     return contexts, results, scored
+
+
+def methods_of(res: Resources) -> tuple[str, ...]:
+    """The rows of a run: every method, and on a hybrid the ablation (attention dropped) last."""
+    return tuple(m for m, *_ in METHODS) + ((ABLATION,) if res.hybrid else ())
 
 
 def model_resources(res: Resources, req: ComposeRequest) -> Resources:
@@ -229,17 +235,19 @@ def compose(res: Resources, *args, history: list[dict] | None = None, progress=l
     # the snippets repeat the run's own values: with retrieval, k is the contexts it found
     run = replace(req, k=req.k if req.contexts else len(ctxs))
     skipped = getattr(ctxs, "note", "")  # retrieval passed over contexts the store cannot serve
+    # a hybrid's states grow with their tokens: their sizes, read from the stored states
+    sizes = state_sizes(res.states([c.cid for c in ctxs])) if res.hybrid else None
     return (
         contexts_html(ctxs),
         summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query)))
-        + (f"\n\n{skipped}" if skipped else ""),
+        + (f"\n\n{state_size_md(sizes)}" if sizes else "") + (f"\n\n{skipped}" if skipped else ""),
         results_table(results),
         memo(FIGURES, (scored, *((r.method, r.loss, r.compose_s, r.process_s) for r in results)),
              lambda: results_plot(results, scored)),
         generations_html(results, res.model.tokenizer),
         pd.DataFrame(history),
         {**results_data(res, query, req.continuation, ctxs, results, scored),
-         **({"skipped": skipped} if skipped else {})},
+         **({"skipped": skipped} if skipped else {}), **({"state_bytes": sizes} if sizes else {})},
         python_snippet(res, run, ctxs),
         api_snippet(run),
         history,
@@ -284,7 +292,8 @@ def endpoint_signature() -> inspect.Signature:
 # ---- layout ---------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     """Lay the tab out inside the current gr.Tab and wire its events."""
-    legend = "\n".join(f"- **{label}**: {text}" for _, label, text, _ in METHODS)
+    rows = METHODS + ((ABLATION_ROW,) if res.hybrid else ())
+    legend = "\n".join(f"- **{label}**: {text}" for _, label, text, _ in rows)
     note(limits(res), "compose-limits")
     choices = example_choices(res)
     first = first_example(res)
@@ -324,8 +333,8 @@ def render(res: Resources) -> None:
     with gr.Accordion("What each method does", open=False):
         gr.Markdown(legend)
     with gr.Accordion("Runs in this session", open=False):
-        history_table = gr.Dataframe(pd.DataFrame(columns=["Query", "k", *LABEL.values()]), label="Runs",
-                                     interactive=False)
+        runs = pd.DataFrame(columns=["Query", "k", *map(LABEL.get, methods_of(res))])
+        history_table = gr.Dataframe(runs, label="Runs", interactive=False)
     with gr.Accordion("Results as data (what the API returns as `results`)", open=False):
         data = gr.JSON(label="Results")
     py_code, client_code = show_code()

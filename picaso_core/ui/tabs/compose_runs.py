@@ -14,11 +14,13 @@ app's /cache_stats endpoint. The budget is set once at start (`set_budget`, app.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 
 from picaso_core import memory
 from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
 from picaso_core.analysis.evaluate import run_methods
+from picaso_core.compose import compose
 from picaso_core.ui.server.serving import check_cache_mb, rotation_threads
 
 CACHE = ComposeCache(int(float(os.environ.get("PICASO_COMPOSE_CACHE_MB", DEFAULT_BUDGET / 2**20)) * 2**20))
@@ -39,6 +41,8 @@ def cache_stats() -> dict:
     return {**CACHE.stats(), "results": RESULTS.stats(), "memory": memory.report()}
 
 
+ABLATION = "picaso_r_drop"  # a hybrid's extra row: PICASO-R with the attention layers' keys and values dropped
+ABLATION_NOTE = "SSM part composed by PICASO-R; the attention layers' keys and values dropped"
 RETRIEVALS = ResultCache(256)  # (retriever, query, k, exclusions, order) -> hits: a query embedding each
 FIGURES = ResultCache(64)  # a run's figure by its figures (the plot of a repeated click)
 
@@ -64,6 +68,17 @@ def retrieve(retriever, query: str, k: int, exclude=(), best_last: bool = True) 
                 lambda: retriever.retrieve(query, k, exclude=exclude, best_last=best_last))
 
 
+def dropped_attention(model, query_ids, continuation_ids, context_ids, states, max_new_tokens: int):
+    """The ablation row of a hybrid (method ABLATION): PICASO-R's SSM part with the attention layers'
+    keys and values dropped (compose(..., attention="drop")), scored and generated from as the others."""
+    t0 = time.perf_counter()
+    state = compose("picaso_r", states, attention="drop")
+    compose_s = time.perf_counter() - t0
+    (r,) = run_methods(model, query_ids, continuation_ids, context_ids, context_states=states, methods=("picaso_r",),
+                       generate_tokens=max_new_tokens, seed=0, prebuilt={"picaso_r": state})
+    return replace(r, method=ABLATION, compose_s=compose_s, note=ABLATION_NOTE)
+
+
 def store_fingerprint(res) -> str:
     """What the stored states depend on besides the model: which store, and the text appended to
     each context before encoding."""
@@ -77,13 +92,16 @@ def run_methods_cached(res, query_ids: list[int], continuation_ids: list[int], i
     each method's state comes from CACHE where its key allows. Each result's `note` says which:
     "state from cache", "composed (<why it missed>)" or FROM_RESULTS. Compose times are the
     methods' own (measured when the state was composed), so the table compares the methods
-    whether or not this click recomposed them."""
+    whether or not this click recomposed them. ABLATION among `methods` (a hybrid) adds its row
+    last (`dropped_attention`, composed each time: it is not in CACHE)."""
     fps = dict(model_fp=res.model.fingerprint(), store_fp=store_fingerprint(res))
     key = (fps["model_fp"], fps["store_fp"], tuple(query_ids), tuple(continuation_ids), tuple(ids),
            tuple(methods), int(max_new_tokens))
     hit = RESULTS.get(key)
     if hit is not None:
         return [replace(r, note=FROM_RESULTS) for r in hit]
+    ablation = ABLATION in methods
+    methods = tuple(m for m in methods if m != ABLATION)
     new = sum(cid not in res.store for cid in ids)
     progress(0.15, desc=f"encoding {new} new contexts into the store" if new else f"loading {len(ids)} stored states")
     states = res.states(ids)
@@ -95,5 +113,7 @@ def run_methods_cached(res, query_ids: list[int], continuation_ids: list[int], i
                           methods=methods, generate_tokens=max_new_tokens, seed=0, prebuilt=built)
     results = [replace(r, compose_s=looked[r.method].compose_s, note=looked[r.method].label)
                if r.method in looked else r for r in results]
+    if ablation:
+        results.append(dropped_attention(res.model, query_ids, continuation_ids, context_ids, states, max_new_tokens))
     RESULTS.put(key, results)
     return results

@@ -30,8 +30,12 @@ METHODS = (
     ("picaso_r", "PICASO-R", "CASO averaged over the n cyclic orders (prop. 3)", "#ea580c"),
     ("picconcat_r", "PICConcat-R", "mean state of the n rotated concatenations: most accurate, most costly", "#7c3aed"),
 )
-LABEL = {m: label for m, label, _, _ in METHODS}
-COLOR = {m: c for m, _, _, c in METHODS}
+# a hybrid's extra row (compose_runs.ABLATION): PICASO-R's SSM part, the attention layers' keys and values dropped
+ABLATION_ROW = ("picaso_r_drop", "PICASO-R, attention dropped",
+            "PICASO-R's SSM part with the attention layers' keys and values dropped (hybrid models): what they carry",
+            "#fdba74")
+LABEL = {m: label for m, label, _, _ in (*METHODS, ABLATION_ROW)}
+COLOR = {m: c for m, _, _, c in (*METHODS, ABLATION_ROW)}
 TABLE_NOTE = (
     "Loss: mean negative log-likelihood of the expected continuation per token (nats); perplexity = e^loss. "
     "Compose: time to build the state the query starts from (state methods: arithmetic on stored "
@@ -125,6 +129,35 @@ def summary_md(contexts: list[Context], results, scored: bool, query_tokens: int
         f"best composition of stored states: **{LABEL[best]} {by[best].loss:.3f}**, composed "
         f"{speed:.0f}× faster than Concat processes the tokens."
     )
+
+
+def state_sizes(states) -> dict | None:
+    """Bytes of the contexts' stored states, from the states: the SSM part (fixed per context) and
+    the attention layers' keys and values (growing with its tokens); None for a pure model's."""
+    if not states or states[0].keys is None:
+        return None
+    ssm = sum(getattr(states[0], k).nbytes for k in ("ssm", "conv", "log_decay"))
+    kv = [s.keys.nbytes + s.values.nbytes for s in states]
+    positions = [s.keys.shape[-2] for s in states]
+    return {"ssm_bytes": ssm, "kv_bytes_per_token": round(sum(kv) / max(sum(positions), 1), 1),
+            "contexts": [{"tokens": t, "bytes": ssm + b} for t, b in zip(positions, kv)]}
+
+
+def state_size_md(sizes: dict) -> str:
+    """One line: 'State per context: 1.2 MB SSM + 34 KB per 100 tokens of attention keys/values ...'."""
+    each = [c["bytes"] for c in sizes["contexts"]]
+    tokens = [c["tokens"] for c in sizes["contexts"]]
+    span = lambda xs, f: f(min(xs)) if min(xs) == max(xs) else f"{f(min(xs))}–{f(max(xs))}"  # noqa: E731
+    ssm, kv = _bytes(sizes["ssm_bytes"]), _bytes(100 * sizes["kv_bytes_per_token"])
+    return (f"State per context: **{ssm} SSM** (fixed) + **{kv} per 100 tokens** of attention keys/values: "
+            f"these contexts ({span(tokens, str)} tokens) hold {span(each, _bytes)} each.")
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
 
 
 def history_row(query: str, contexts: list[Context], results, scored: bool) -> dict:

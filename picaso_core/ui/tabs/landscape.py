@@ -79,7 +79,11 @@ def limits(res: Resources) -> list[str]:
 
 def blocked(res: Resources) -> bool:
     n = corpus_counts(res)
-    return not n["samples"] or n["contexts"] < K
+    return not n["samples"] or n["contexts"] < K or res.hybrid
+
+
+# a hybrid: fig2's planes mix the SSM tensors of states (analysis.landscape), which hold no keys and values
+HYBRID_WHAT = "The loss landscape (planes through the SSM states alone)"
 
 
 def sample_choices(res: Resources) -> list[tuple[str, str]]:
@@ -121,7 +125,7 @@ def compute(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str
     """Fig. 2 for one sample or the average: Fig2.to_dict() plus the sample ids and context ids."""
     steps = _check(res, sample, steps, pair)
     if blocked(res):
-        raise bad_input(" ".join(limits(res)), ENDPOINT)
+        raise bad_input(res.pure_ssm_only(HYBRID_WHAT) or " ".join(limits(res)), ENDPOINT)
     ids = average_ids(res) if sample == AVERAGE else [sample]
     progress(0.0, desc=f"retrieving and loading the states of {len(ids)} sample(s)")
     samples = load_samples(res, ids)
@@ -270,6 +274,8 @@ def outputs(d: dict, view: str = "contour"):
 def landscape(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str = "u2-u3",
               view: str = "contour", progress=lambda *a, **kw: None):
     """The /landscape handler: every output of the tab. The default settings come from the cache."""
+    if res.hybrid:
+        raise bad_input(res.pure_ssm_only(HYBRID_WHAT), ENDPOINT)
     view = choice("view", (view or "contour").lower() if isinstance(view, str) else view, ("contour", "surface"),
                   ENDPOINT)
     steps = _check(res, sample, steps, pair)
@@ -286,6 +292,7 @@ def landscape(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: s
 def render(res: Resources) -> None:
     gr.Markdown(EXPLAIN)
     note(limits(res), "landscape-limits")
+    gr.Markdown(res.pure_ssm_only(HYBRID_WHAT), visible=res.hybrid, elem_id="landscape-hybrid", elem_classes="px-note")
     # min widths: below about 1000 px the controls wrap onto two lines and the planes stack, instead
     # of squeezing four controls and two 344 px plots into one row
     with gr.Row(equal_height=False):

@@ -9,6 +9,8 @@ picaso_core.lab.complexity; figures come from picaso_core.plots.primer. API endp
     Client(url).predict(text="...", api_name="/primer_model")
     Client(url).predict(text="...", layer=0, head=0, api_name="/primer_attention")
     Client(url).predict(lengths="256, 512, 1024, 2048, 4096", one_thread=True, api_name="/primer_complexity")
+and the block walk's (picaso_core.ui.tabs.primer_block):
+    Client(url).predict(text="...", token=3, layer=1, head=0, start="zeros", api_name="/block_walk")
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from picaso_core.ui.errors import bad_input, flag, text, whole_number
 from picaso_core.ui.limits import count_slider
 from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import LIGHT, MODEL
+from picaso_core.ui.tabs import primer_block
 
 TITLE = "Primer"
 DEFAULT_TEXT = ("Velmora is a city on the river Quell. It was founded in 1423 by Osric Dallen, "
@@ -139,8 +142,14 @@ def selective(selectivity=1.0):
     return P.selective_figure(d), d
 
 
+# a hybrid: lab.primer's captures read every layer's scan as a pure model's (its attention layers have none)
+HYBRID_WHAT = "The loaded model's memory, Δ and attention views (the scans of every layer)"
+
+
 def model_view(res: Resources, text_in=DEFAULT_TEXT):
     """The loaded model's memory per head and its Δ per token on a text."""
+    if res.hybrid:
+        raise bad_input(res.pure_ssm_only(HYBRID_WHAT), "/primer_model")
     ids, tokens = _ids(res, text_in, "/primer_model", MAX_TEXT_TOKENS)
     budget.within("/primer_model", len(ids), f"{len(ids)} tokens")
     prof = lab.decay_profile(res.model, ids)
@@ -158,6 +167,8 @@ def model_view(res: Resources, text_in=DEFAULT_TEXT):
 def attention_view(res: Resources, text_in=DEFAULT_TEXT, layer=0, head=0):
     """M and L for one layer and head, and M x against the engine's scan."""
     ep = "/primer_attention"
+    if res.hybrid:
+        raise bad_input(res.pure_ssm_only(HYBRID_WHAT), ep)
     cfg = res.model.config
     layer = whole_number("layer", layer, 0, cfg.n_layer - 1, ep)
     heads = cfg.nheads if cfg.family == "Mamba2" else cfg.d_inner
@@ -276,6 +287,7 @@ def render(res: Resources) -> None:
     n_heads = cfg.nheads if cfg.family == "Mamba2" else cfg.d_inner
     live = dict(preprocess=False, trigger_mode="always_last", show_progress="hidden")
 
+    primer_block.render(res)  # first: what one block does with a token, and what its state is (issue 50)
     gr.Markdown("### 1. Recurrence = convolution\n" + SAY["lti"])
     with gr.Row():
         magnitude = gr.Slider(0, 0.995, value=0.9, step=0.005, label="eigenvalue magnitude |λ|", elem_id="primer-magnitude")
@@ -291,11 +303,12 @@ def render(res: Resources) -> None:
     lti_outs = [kernel_plot, eigen_plot, lti_md, lti_data, lti_py, lti_cl]
 
     gr.Markdown("#### In the loaded model\n" + SAY["model"])
+    gr.Markdown(res.pure_ssm_only(HYBRID_WHAT), visible=res.hybrid, elem_id="primer-hybrid", elem_classes="px-note")
     with gr.Row(equal_height=False):
         text_box = gr.Textbox(DEFAULT_TEXT, label="Text for the model to read", lines=2, scale=4, elem_id="primer-text",
                               info=f"used by the memory, Δ and attention views (at most {MAX_TEXT_TOKENS} tokens; "
                                    f"{MAX_M_TOKENS} for M)")
-        read = gr.Button("Read text", variant="primary", scale=1, elem_id="primer-read")
+        read = gr.Button("Read text", variant="primary", scale=1, elem_id="primer-read", interactive=not res.hybrid)
     model_md = gr.Markdown(label="Memory per layer", elem_id="primer-model-md")
     memory_plot = gr.Plot(label="Memory per head", elem_id="primer-memory")
 
@@ -363,6 +376,8 @@ def render(res: Resources) -> None:
 
     @gpu(duration=15)
     def show_defaults():
+        if res.hybrid:  # the model views refuse (their note says why): the toy sections only
+            return (*lti(), *selective(), *[gr.skip()] * (len(model_outs) + len(att_outs)))
         return (*lti(), *selective(), *model_view(res), *attention_view(res))
 
     gr.on(None, show_defaults, [], lti_outs + [selective_plot, selective_data] + model_outs + att_outs,

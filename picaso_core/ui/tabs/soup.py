@@ -24,9 +24,9 @@ from picaso_core.ui.code import show_code
 from picaso_core.ui.limits import count_slider, note
 from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import MODEL
-from picaso_core.ui.tabs.soup_handlers import (DEFAULT_ANSWERS, DEFAULT_METHOD, DEFAULT_PROMPT, MIX_COLUMNS, TASK_A,
-                                               TASK_B, decay, decay_limits, mixing, retrieval_curve, retrieve, soup_map,
-                                               two_task, two_task_columns)
+from picaso_core.ui.tabs.soup_handlers import (DECAY_WHAT, DEFAULT_ANSWERS, DEFAULT_METHOD, DEFAULT_PROMPT, MIX_COLUMNS,
+                                               TASK_A, TASK_B, decay, decay_limits, mixing, retrieval_curve, retrieve,
+                                               soup_map, two_task, two_task_columns)
 
 TITLE = "State soup"
 LOOK_AT = (
@@ -40,7 +40,7 @@ LOOK_AT = (
 
 # ---- layout -----------------------------------------------------------------------------------
 def render(res: Resources) -> None:
-    n_layer = res.model.config.n_layer
+    n_layer = res.state_layers  # a hybrid's states stack its Mamba layers only
     names = soup.task_names()
     gr.Markdown(
         "A **skill library** of states: the state after reading a 16-shot demonstration (`question → answer` "
@@ -48,7 +48,8 @@ def render(res: Resources) -> None:
         "In-Context Skill Learning, Retrieval and Mixing, Pióro et al. 2024.)*  \n" + LOOK_AT)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=280):
-            layer = count_slider(0, n_layer - 1, n_layer // 2, label="Layer", elem_id="soup-layer")
+            layer = count_slider(0, n_layer - 1, n_layer // 2, label="Mamba layer" if res.hybrid else "Layer",
+                                 elem_id="soup-layer")
             part = gr.Radio([("SSM state", "ssm"), ("conv state", "conv")], value="ssm", label="State part")
             method = gr.Radio([("PCA", "pca"), ("t-SNE", "tsne"), ("UMAP", "umap")], value=DEFAULT_METHOD,
                               label="Projection", info="t-SNE and UMAP run on the first 50 principal components")
@@ -109,10 +110,11 @@ def render(res: Resources) -> None:
                 "score the test chunk from the state of c1 then c2 (concat), from x(c2) + A(c2)·x(c1) "
                 "(A-decay: exact for one layer), from the mean of the two states, and from c2 alone.")
     note(decay_limits(res), "soup-decay-limits")
+    gr.Markdown(res.pure_ssm_only(DECAY_WHAT), visible=res.hybrid, elem_id="soup-decay-hybrid", elem_classes="px-note")
     with gr.Row():
         chunk_tokens = gr.Slider(16, 200, value=100, step=4, label="Tokens per chunk")
         documents = gr.Slider(1, 50, value=10, step=1, label="Windows")
-        decay_run = gr.Button("Compare", variant="primary", elem_id="soup-decay-run")
+        decay_run = gr.Button("Compare", variant="primary", elem_id="soup-decay-run", interactive=not res.hybrid)
     decay_summary = gr.Markdown(label="A-decay summary")
     decay_fig = gr.Plot(label="Loss on the test chunk", elem_id="soup-decay")
     with gr.Accordion("A-decay data", open=False):

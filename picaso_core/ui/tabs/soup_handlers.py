@@ -54,8 +54,9 @@ def _choice(name: str, value, choices, endpoint: str):
 
 
 def _layer(res: Resources, value, endpoint: str) -> int:
-    n = res.model.config.n_layer
-    return whole_number(f"layer (this model has layers 0..{n - 1})", value, 0, n - 1, endpoint)
+    n = res.state_layers  # a hybrid's states stack its Mamba layers only
+    kind = "Mamba layers" if res.hybrid else "layers"
+    return whole_number(f"layer (this model's states have {kind} 0..{n - 1})", value, 0, n - 1, endpoint)
 
 
 def _demos_text(value, endpoint: str, required: bool) -> str:
@@ -88,7 +89,7 @@ def retrieve(res: Resources, demos: str, layer: int = None, part: str = "ssm", t
     """/soup_retrieve: the library states nearest to the state of typed demonstrations."""
     ep = "/soup_retrieve"
     demos = _demos_text(demos, ep, required=True)
-    layer = _layer(res, res.model.config.n_layer // 2 if layer is None else layer, ep)
+    layer = _layer(res, res.state_layers // 2 if layer is None else layer, ep)
     part = _choice("part", part, soup.PARTS, ep)
     top = whole_number("top", top, 1, 50, ep)
     budget.check(ep, budget.lines(demos.count("\n")))
@@ -105,7 +106,7 @@ def soup_map(res: Resources, layer=None, part: str = "ssm", method: str = DEFAUL
     """/soup_map: the library projected at one layer; with demonstrations, their state is marked
     and its nearest library states listed. Returns (map, quality, summary, retrieved, data, py, client)."""
     ep = "/soup_map"
-    layer = _layer(res, res.model.config.n_layer // 2 if layer is None else layer, ep)
+    layer = _layer(res, res.state_layers // 2 if layer is None else layer, ep)
     part = _choice("part", part, soup.PARTS, ep)
     method = _choice("method", method, soup_projection.PROJECTIONS, ep)
     dim = whole_number("dim", dim, 2, 3, ep)
@@ -248,10 +249,15 @@ def two_task(res: Resources, task_a: str = TASK_A, task_b: str = TASK_B, prompt:
             client_snippet("/soup_two_task", task_a=task_a, task_b=task_b, prompt=prompt, answers="\n".join(answer_list), w=w))
 
 
+DECAY_WHAT = "A-decay mixing (x(c2) + A(c2)·x(c1), a state built from the SSM part alone)"
+
+
 def decay(res: Resources, chunk_tokens: int = 100, documents: int = 10, progress=lambda *a, **k: None):
     """/soup_decay: loss on a test chunk after c1, c2 from concat / A-decay / mean / c2 alone,
     over windows of the corpus (sec. 2.3, fig. 3)."""
     ep = "/soup_decay"
+    if res.pure_ssm_only(DECAY_WHAT):
+        raise bad_input(res.pure_ssm_only(DECAY_WHAT), ep)
     chunk_tokens = whole_number("chunk tokens", chunk_tokens, 8, 400, ep)
     documents = whole_number("documents", documents, 1, 200, ep)
     budget.check(ep, budget.soup_decay(chunk_tokens, documents))

@@ -45,7 +45,8 @@ TABS: dict[str, TabLinks] = {
         "objective": "ft-objective", "steps": "ft-steps", "k_max": "ft-kmax", "lr": "ft-lr"}),
     "primer": TabLinks("Primer", {
         "magnitude": "primer-magnitude", "phase": "primer-phase", "selectivity": "primer-selectivity",
-        "text": "primer-text"}),
+        "text": "primer-text", "walk_text": "walk-text", "walk_layer": "walk-layer", "walk_head": "walk-head",
+        "walk_start": "walk-start"}, "walk-run", "primer-walk"),  # a link walks its block (one forward)
     "coffee": TabLinks("COFFEE lab", {"task": "coffee-task", "steps": "coffee-steps", "seconds": "coffee-seconds"}),
 }
 # Inputs an example fills in: a link names the example alone when they are still the example's own.

@@ -19,6 +19,7 @@ from picaso_core.ui.tabs import coffee as coffee_tab
 from picaso_core.ui.tabs import compose as C
 from picaso_core.ui.tabs import landscape as landscape_tab
 from picaso_core.ui.tabs import primer as primer_tab
+from picaso_core.ui.tabs import primer_block
 from picaso_core.ui.tabs import soup_handlers
 from picaso_core.ui.tour.links import TABS
 
@@ -58,6 +59,9 @@ def resolve(res: Resources, tab: str, inputs: dict) -> dict:
         out["layer"] = res.model.config.n_layer // 2  # the tab's default layer
     if "layer" in out:
         out["layer"] = min(int(out["layer"]), res.model.config.n_layer - 1)
+    if tab == "primer" and "walk_start" in out:  # the block walk reads the Compose example's query
+        out.setdefault("walk_text", primer_block.default_text(res))
+        out["walk_layer"] = min(int(out.get("walk_layer", 0)), res.model.config.n_layer - 1)
     return out
 
 
@@ -282,11 +286,31 @@ def primer(res: Resources, memo=None, magnitude=0.9, phase=20, selectivity=1.0, 
                 [eigen, sel])
 
 
+def block_walk_text(f: dict) -> str:
+    """Step 11's text from the walk's facts: the state's size (the same after any number of tokens), this
+    head's decay per token, and whether its state grew, held or shrank from the first token to the last."""
+    ratio = f["norm_last"] / max(f["norm_first"], 1e-12)
+    how = ("grows" if ratio > 1.1 else "shrinks" if ratio < 0.9 else "stays about the same") + \
+        f" from **{f['norm_first']:.3f}** after the first token to **{f['norm_last']:.3f}** after token {f['tokens']}"
+    unit = "head" if f["family"] == "Mamba2" else "channel group"
+    return (f"**Look at** the state of layer {f['layer']}, {unit} {f['head']}: a {f['P']} × {f['N']} matrix that every "
+            f"token updates, h ← a·h + Δ·x·Bᵀ. It keeps a share a = exp(Δ·A) of what it held, here between "
+            f"**{f['decay_min']:.3f}** and **{f['decay_max']:.3f}** per token, and adds what the token writes; its size "
+            f"(|h|) {how}. A layer's state is {f['layer_numbers']:,} numbers and the model's {f['model_numbers']:,} "
+            f"({f['bytes'] / 1024:.0f} KiB), the same after {f['tokens']} tokens or 10,000: that fixed-size state is what "
+            "PICASO stores for each context and composes. **Below**, Step ▶ and ▶ Play walk the block stage by stage.")
+
+
+def block_walk(res: Resources, memo=None, walk_text=None, walk_layer=1, walk_head=0, walk_start="zeros", **_) -> View:
+    outputs, facts, fig = primer_block.tour_view(res, walk_text, walk_layer, walk_head, walk_start)
+    return View(block_walk_text(facts), [fig], [], "block_walk_view", tuple(outputs), facts)
+
+
 SEPARATE = (0.9, 0.7)  # COFFEE at or above the first, S6 at or below the second: the paper's gap, shown
 
 
 def coffee_text(f: dict) -> str:
-    """Step 11's lead from the two accuracies after the run's steps: the paper's separation, or what
+    """Step 12's lead from the two accuracies after the run's steps: the paper's separation, or what
     the run shows where it does not reach it."""
     c, s, steps = f["coffee"], f["s6"], f["steps"]
     if c >= SEPARATE[0] and s <= SEPARATE[1]:
@@ -309,4 +333,5 @@ def coffee(res: Resources, memo=None, task="ih", steps=300, **_) -> View:
 
 
 RUNNERS = {f.__name__: f for f in (compose_none_vs_concat, compose_methods, compose_order, compose_time,
-                                   compose_finetuned, soup_map, soup_two_task, landscape, attribution, primer, coffee)}
+                                   compose_finetuned, soup_map, soup_two_task, landscape, attribution, primer,
+                                   block_walk, coffee)}

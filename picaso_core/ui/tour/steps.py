@@ -1,4 +1,4 @@
-"""The guided tour's steps, as data: the PICASO story on the bundled demo in eleven views.
+"""The guided tour's steps, as data: the PICASO story on the bundled demo in twelve views.
 
 Each step names the tab it opens, the inputs it sets there (by the names the tab's links use,
 picaso_core.ui.tour.links) and the runner (picaso_core.ui.tour.runs) that computes what the step
@@ -38,6 +38,9 @@ ATTRIBUTION_STEP_EXAMPLE = "demo-test-q0002"
 # validation accuracy at ~1,800 steps (0.93 at 2,000) while S6 stays below 0.45 through 3,000
 # (docs/tour.md); the tour's text says what the numbers show either way (tour.runs.coffee_text).
 COFFEE_STEPS = 2000
+# Step 11, the Primer's block walk (its first section's defaults): the Compose example's query (filled in by
+# tour.runs.resolve) read by layer 1, head 0, from zeros; the walk is computed in one forward
+BLOCK_WALK = dict(walk_layer=1, walk_head=0, walk_start="zeros")
 
 STEPS: tuple[Step, ...] = (
     Step("A question, without and with context", "compose", "compose_none_vs_concat", _COMPOSE),
@@ -54,17 +57,20 @@ STEPS: tuple[Step, ...] = (
          dict(example=ATTRIBUTION_STEP_EXAMPLE, k=5)),
     Step("Fine-tuned vs base", "compose", "compose_finetuned", {**_COMPOSE, "model": "bptc"}),
     Step("The primer: memory and selectivity", "primer", "primer", dict(magnitude=0.9, phase=20, selectivity=1.0)),
+    # inserted before the last step, not appended: step numbers 1-10 and the Primer's place second to last hold
+    Step("What is a state?", "primer", "block_walk", BLOCK_WALK),
     Step("COFFEE vs S6", "coffee", "coffee", dict(task="ih", steps=COFFEE_STEPS)),
 )
 
 # What each tab opens on before anything is pressed: the result of its default inputs, from the same
 # cache as the steps (a step itself where its inputs are the tab's defaults). The landscape tab opens
-# on its own shipped default view (tabs.landscape), the primer, benchmarks and fine-tuning tabs on
-# figures they build or ship.
+# on its own shipped default view (tabs.landscape), the primer (but for its block walk), benchmarks and
+# fine-tuning tabs on figures they build or ship.
 OPENINGS: dict[str, tuple[Step, ...]] = {
     "compose": (STEPS[0],),
     "soup": (STEPS[4], STEPS[5]),
     "attribution": (Step("Attribution opens on", "attribution", "attribution",
                          dict(example=DEMO_ATTRIBUTION_EXAMPLE, k=5, grain="sentence")),),
-    "coffee": (STEPS[10],),
+    "primer": (STEPS[10],),  # the block walk, the Primer's first section
+    "coffee": (STEPS[11],),
 }
