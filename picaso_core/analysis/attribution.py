@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from picaso_core.compose import composition_weights, mean_of_rotations
+from picaso_core.compose import compose, composition_weights, mean_of_rotations
+from picaso_core.compose_attention import comparable_shapes
 from picaso_core.engine.losses import token_nll as engine_token_nll
 from picaso_core.engine.state import ContextState
 
@@ -63,16 +64,22 @@ def subset_weights(method: str, log_decays: Tensor, masks: Tensor) -> Tensor:
     return W
 
 
-def compose_subsets(method: str, states: Sequence[ContextState], masks) -> ContextState:
+def compose_subsets(method: str, states: Sequence[ContextState], masks, config=None) -> ContextState:
     """The m states composed from the subsets `masks` [m, n] of `states`, as one batched state.
 
-    Row r equals `compose(method, [states[i] for kept i])` (conv: the mean of the kept windows)
-    and the empty state for an empty row; all rows come from one weighted sum over the n stored
-    states, Σ_k W[:, k] x_k, accumulated in place as compose.weighted_sum does."""
+    Row r equals `compose(method, [states[i] for kept i], config=config)` (conv: the mean of the kept
+    windows) and the empty state for an empty row; all rows come from one weighted sum over the n stored
+    states, Σ_k W[:, k] x_k, accumulated in place as compose.weighted_sum does. A hybrid's states (keys
+    and values beside the SSM part) are composed row by row by compose itself, which joins the kept
+    contexts' keys (re-rotated under RoPE: `config`, the model); the batch pads them to the longest row."""
     if method not in STATE_METHODS:
         raise ValueError(f"compose_subsets composes stored states ({', '.join(STATE_METHODS)}), got {method!r}")
     masks = _as_masks(masks, len(states))
     ref = states[0]
+    if ref.keys is not None:
+        empty = ContextState.zeros(comparable_shapes(ref), device=ref.ssm.device).to(dtype=ref.ssm.dtype)
+        return ContextState.stack([compose(method, [s for s, keep in zip(states, row) if keep], config=config)
+                                   if any(row) else empty for row in masks.tolist()])
     mk = masks.to(ref.ssm.device, ref.log_decay.dtype)  # [m, n]
     log_decays = torch.stack([s.log_decay for s in states])  # [n, *A]
     W = subset_weights(method, log_decays, mk)  # [m, n, *A]
@@ -143,7 +150,8 @@ def _token_subset_states(model, method: str, states, context_ids, masks: Tensor)
     if rotations:
         encoded = model.encode_contexts([ids for _, ids in rotations], batch_size=64)
         for r in dict.fromkeys(r for r, _ in rotations):
-            out[r] = mean_of_rotations([e for (rr, _), e in zip(rotations, encoded) if rr == r])  # as compose_tokens
+            out[r] = mean_of_rotations([e for (rr, _), e in zip(rotations, encoded) if rr == r],  # as compose_tokens
+                                        config=model)
     return out
 
 
@@ -173,7 +181,7 @@ def subset_token_losses(model, query_ids, answer_ids, states: Sequence[ContextSt
     for r0 in range(0, masks.shape[0], batch_size):
         chunk = masks[r0:r0 + batch_size]
         if method in STATE_METHODS:
-            st = compose_subsets(method, states, chunk)
+            st = compose_subsets(method, states, chunk, config=model)
         else:
             st = ContextState.stack([s.to(model.device) for s in
                                      _token_subset_states(model, method, states, context_ids, chunk)])

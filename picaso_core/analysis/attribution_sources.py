@@ -97,17 +97,18 @@ def ablated_states(model, sources: Sequence[Source], states: Sequence[ContextSta
             if len(mine) == 1:
                 out[r] = mine[0]
             else:  # as compose_tokens("picconcat_r"): the mean of the rotations' states
-                out[r] = mean_of_rotations(mine)
+                out[r] = mean_of_rotations(mine, config=model)
         return out
     ctx: dict[tuple[int, ...], ContextState] = {}
     need = list(dict.fromkeys(k for kept in rows for k in kept if k))
     if way == "reencode":
         ctx.update(zip(need, model.encode_contexts([kept_ids(sources, k) for k in need], batch_size=32)))
     else:
-        ctx.update((k, compose_kept([states[i] for i in k], within)) for k in need)
+        ctx.update((k, compose_kept([states[i] for i in k], within, config=model)) for k in need)
     for r, kept in enumerate(rows):
         parts = [ctx[k] for k in kept if k]
-        out[r] = model.empty_state() if not parts else parts[0] if len(parts) == 1 else compose(method, parts)
+        out[r] = (model.empty_state() if not parts else parts[0] if len(parts) == 1
+                  else compose(method, parts, config=model))
     return out
 
 

@@ -59,8 +59,8 @@ def _build_state(model, method: str, context_ids, context_states, threads: int =
 
     if method == "none" or not context_ids:  # the composition of no context is the identity
         return model.empty_state()
-    if method in STATE_METHODS:
-        return compose(method, context_states)
+    if method in STATE_METHODS:  # the model: a RoPE hybrid's keys re-rotated to their joined offsets
+        return compose(method, context_states, config=model)
     return compose_tokens(model, context_ids, method, states=context_states, threads=threads)
 
 

@@ -93,7 +93,7 @@ def mixing_table(model, tasks: Sequence[str] | None = None, total: int = 16, ks:
         cand, keys = [full], [(None, "all_shots")]
         for k in ks:
             sts, rest = rest[: len(parts[k])], rest[len(parts[k]):]
-            cand += [sts[0], compose("soup", sts)]
+            cand += [sts[0], compose("soup", sts, config=model)]
             keys += [(k, "k_shots"), (k, "soup")]
         losses, exact = score_answer(model, cand, format_query(q), f" {a}")
         for key, loss, ok in zip(keys, losses, exact):
@@ -127,7 +127,7 @@ def retrieval_mixing(model, lib: SkillLibrary, ks: Sequence[int] = (1, 2, 4, 8),
         demo = _draw([p for p in test[task] if p[0] != q], k, rng)
         qstate = _encode(model, [format_demos(demo)])[0]
         near = lib.nearest(qstate, layer, part, top)
-        mixed = compose("soup", [lib.states[n] for n, _ in near] + [qstate])
+        mixed = compose("soup", [lib.states[n] for n, _ in near] + [qstate], config=model)
         losses, exact = score_answer(model, [qstate, mixed], format_query(q), f" {a}")
         hit = lib.tasks[near[0][0]] == task
         for method, loss, ok in zip(("query", "retrieved_mix"), losses, exact):
@@ -158,7 +158,7 @@ def two_task_mix(model, state_a: ContextState, state_b: ContextState, prompt: st
         raise ValueError("the prompt is empty: type a query line such as 'bat →'")
     answers = [a if a.startswith(" ") else " " + a for a in answers if a.strip()]
     tok = model.tokenizer
-    mixes = [compose("weighted", [state_a, state_b], weights=[float(w), 1.0 - float(w)]) for w in ws]
+    mixes = [compose("weighted", [state_a, state_b], weights=[float(w), 1.0 - float(w)], config=model) for w in ws]
     gens = model.generate_batch(tok.encode(prompt), mixes, max_new_tokens=max_new_tokens)  # all w at once
     losses = {a.strip(): score_answer(model, mixes, prompt, a)[0] for a in answers}  # one forward per answer
     return [{"w": float(w), "generation": tok.display_text(gen).split("\n")[0].strip(),
@@ -190,7 +190,7 @@ def decay_comparison(model, c1: Sequence[int], c2: Sequence[int], test: Sequence
     states = {
         "concat": model.encode_context(list(c2), state=s1),
         "a_decay": decay_mix(s1, s2, conv="last"),
-        "mean": compose("soup", [s1, s2]),
+        "mean": compose("soup", [s1, s2], config=model),
         "c2_only": s2,
     }
     vals = model.continuation_losses(list(test[:1]), list(test[1:]), list(states.values()))

@@ -249,15 +249,16 @@ def store_key(text: str) -> str:
 # --------------------------------------------------------------------------------------------
 # A context with some sources removed
 # --------------------------------------------------------------------------------------------
-def compose_kept(states: Sequence[ContextState], within: str = "caso") -> ContextState:
+def compose_kept(states: Sequence[ContextState], within: str = "caso", config=None) -> ContextState:
     """The state of a context from its kept sources' states, in document order, with no forward
     pass: CASO (prop. 1; the last kept source's conv window, what the concatenation holds), or
-    PICASO-R as the order-free variant (prop. 3; the mean window, as compose does)."""
+    PICASO-R as the order-free variant (prop. 3; the mean window, as compose does). config: the
+    model (a RoPE hybrid's keys go to their offsets in the kept text: compose's config)."""
     if within not in WITHIN:
         raise SourceError(f"unknown within-context composition {within!r}: use one of {', '.join(WITHIN)}")
     if len(states) == 1:
         return states[0]
-    return compose(within, list(states), conv="last" if within == "caso" else "mean")
+    return compose(within, list(states), conv="last" if within == "caso" else "mean", config=config)
 
 
 def kept_ids(sources: Sequence[Source], kept: Sequence[int]) -> list[int]:

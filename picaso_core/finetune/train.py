@@ -240,7 +240,7 @@ def composed_states(model, batch_contexts: Sequence[Sequence[Sequence[int]]], me
         out, i = [], 0
         for ctx in batch_contexts:
             n = sum(1 for c in ctx if len(c))
-            out.append(compose(method, parts[i:i + n]) if n else model.empty_state())
+            out.append(compose(method, parts[i:i + n], config=model) if n else model.empty_state())
             i += n
         return ContextState.stack(out)
 

@@ -242,7 +242,9 @@ def _recorded_scans():
 def capture_layers(model, ids: Sequence[int]) -> list[dict]:
     """Per layer, the scan's inputs and output when the model reads `ids` from the empty state, in
     one per-head form for both families (Mamba-1: a head is a channel, P = 1):
-        x (T, H, P), dt (T, H), A (H, N), B, C (T, H, N), y (T, H, P) = the scan output (no D skip)."""
+        x (T, H, P), dt (T, H), A (H, N), B, C (T, H, N), y (T, H, P) = the scan output (no D skip).
+    A hybrid's Mamba layers only (Mamba2Mixers: its attention layers run no scan), so index i is its
+    i-th Mamba layer (`mamba_layers` maps it to the checkpoint's layer)."""
     ids = torch.as_tensor(list(ids), dtype=torch.long)
     if ids.dim() != 1 or ids.numel() == 0:
         raise ValueError("give at least one token")
@@ -252,7 +254,7 @@ def capture_layers(model, ids: Sequence[int]) -> list[dict]:
     for args, out in calls:
         x, dt, A, B, C = (t.detach().float().cpu() for t in args[:5])
         y = out[0].detach().float().cpu()
-        if model.config.family == "Mamba2":  # x [1,T,H,P], dt [1,T,H], A [H], B, C [1,T,G,N]
+        if model.config.ssm_cfg.layer == "Mamba2":  # x [1,T,H,P], dt [1,T,H], A [H], B, C [1,T,G,N]
             H, r = x.shape[2], x.shape[2] // B.shape[2]
             layers.append({"x": x[0], "dt": dt[0], "A": A[:, None].expand(H, B.shape[-1]),
                            "B": B[0].repeat_interleave(r, 1), "C": C[0].repeat_interleave(r, 1), "y": y[0]})
@@ -262,6 +264,13 @@ def capture_layers(model, ids: Sequence[int]) -> list[dict]:
                            "B": B[0].T[:, None].expand(-1, E, -1), "C": C[0].T[:, None].expand(-1, E, -1),
                            "y": y[0].T[..., None]})
     return layers
+
+
+def mamba_layers(config) -> list[int]:
+    """The checkpoint's layer number of each scan layer capture_layers returns: every layer of a pure
+    SSM, the Mamba layers of a hybrid (its `layer_types`)."""
+    types = getattr(config, "layer_types", None)
+    return list(range(config.n_layer)) if types is None else [i for i, t in enumerate(types) if t == "mamba"]
 
 
 def decay_profile(model, ids: Sequence[int], tol: float = DEFAULT_TOL) -> dict:
@@ -323,7 +332,7 @@ def semiseparable(model, ids: Sequence[int], layer: int, head: int) -> dict:
     """M (T x T) of one layer and head, M_ij = Σ_n C_in B_jn Δ_j exp(A_n (cum_i - cum_j)) for
     i >= j (cum = cumsum Δ), and the decay mask L_ij = exp(A (cum_i - cum_j)) of the slowest mode
     (Mamba-2: the one A of the head). Checks M x against the engine's scan output for that head."""
-    n_layer = model.config.n_layer
+    n_layer = len(mamba_layers(model.config))  # a hybrid: its Mamba layers, numbered 0..n-1
     if not 0 <= layer < n_layer:
         raise ValueError(f"layer must be from 0 to {n_layer - 1}, got {layer}")
     L = capture_layers(model, ids)[layer]

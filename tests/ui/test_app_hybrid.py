@@ -31,8 +31,9 @@ FAMILY = "Nemotron-H hybrid: 4 Mamba-2 + 1 attention layers"
 QUERY = "Question: Where does the river Quell start?\nAnswer:"
 METHOD_ROWS = ["No context", "Concat", "Soup", "CASO", "PICASO-S", "PICASO-R", "PICConcat-R",
                "PICASO-R, attention dropped"]
-# the views that need every layer to be a Mamba layer: each refuses in one line on a hybrid
-PURE_ONLY = {"landscape", "soup_decay", "block_walk", "block_walk_view", "primer_model", "primer_attention"}
+# the views that need every layer to be a Mamba layer: each refuses in one line on a hybrid (the Primer's
+# model views read a hybrid's Mamba layers: they answer)
+PURE_ONLY = {"landscape", "soup_decay", "block_walk", "block_walk_view"}
 CHEAP = {"compose": {"k": 2, "max_new_tokens": 2}, "generate_answer": {"k": 1},
          "attribute": {"answer": " Quell", "k": 2, "methods": ["loi", "concat", "picaso_r"], "ablations": 4},
          "attribution_precision": {"n_samples": 1},

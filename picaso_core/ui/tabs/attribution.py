@@ -69,8 +69,6 @@ INTRO = (
     "the shaded sentence that states the answer, whether the gold bar (★) is the top one for each method, "
     "and the times in the panel titles; select words of the answer to attribute just that span."
 )
-# run_precision on a hybrid: what composes subsets of stored states (analysis.attribution.compose_subsets)
-HYBRID_SKIPS = ("soup", "caso", "picaso_s", "picaso_r", "surrogate")
 PAPER_NOTE = ("Paper (table 4): MS MARCO, Mamba2-2.7B, precision of the top-scored passage. LOI 0.699, "
               "Concat 0.690, Soup 0.629, CASO 0.725, PICASO-R 0.732, PICASO-S 0.731.")
 TOKEN_METHOD = "picaso_r"
@@ -161,7 +159,7 @@ def generate_answer(res: Resources, query: str, k: int = 5, contexts: list[str] 
     query = check_query(query, endpoint)  # normalised (errors.text): the raw text may hold what a tokenizer refuses
     ids = choose_contexts(res, query, k, contexts, endpoint)
     budget.within(endpoint, len(ids), f"{len(ids)} contexts", key="/generate_answer")
-    state = compose("picaso_r", res.states(ids))
+    state = compose("picaso_r", res.states(ids), config=res.model)
     tok = res.model.tokenizer
     out = tok.display_text(res.model.generate_batch(tok.encode(query), [state], max_new_tokens=int(max_new_tokens))[0])
     return out.split("\n")[0] or out  # one line: the demo's answers are one sentence
@@ -312,10 +310,6 @@ def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None
         raise bad_input("This corpus has no examples with gold context labels: precision needs them (use the demo "
                         "corpus or MS MARCO).", ep)
     samples = [s for s in samples if len(s.contexts) <= MAX_CONTEXTS][:n_samples]
-    # a hybrid: subsets of stored states (analysis.attribution.compose_subsets) compose the SSM part
-    # alone, which its attention layers cannot read: those rows are left out, and the reply says so
-    skipped = [m for m in methods if m in HYBRID_SKIPS] if res.hybrid else []
-    methods = [m for m in methods if m not in skipped]
     if "concat" not in methods:
         methods.insert(1 if "loi" in methods else 0, "concat")  # the reference of the correlations
     budget.check(ep, budget.attribution_precision(len(samples), len(methods)))
@@ -333,9 +327,6 @@ def run_precision(res: Resources, n_samples: int = 20, methods: list[str] | None
     fig = plots.precision_bars(methods, r.precision, PAPER_TABLE4, NAMES, chance, len(samples))
     md = (f"{len(samples)} labelled examples ({res.corpus.name}/{res.corpus.split}), {time.perf_counter() - t0:.0f} s. "
           f"Chance (1 / contexts): {chance:.3f}. {PAPER_NOTE}")
-    if skipped:
-        md += (f" Not computed on this hybrid model: {', '.join(NAMES[m] for m in skipped)} (they compose the SSM "
-               "part of subsets of stored states, without the attention layers' keys and values).")
     data = {"n_samples": len(samples), "precision": r.precision, "spearman_vs_concat": r.spearman_vs_concat,
             "top1_agrees_with_concat": r.top1_agrees_with_concat, "seconds": r.seconds, "chance": chance,
             "paper": PAPER_TABLE4}

@@ -27,7 +27,7 @@ from picaso_core.assets import ASSETS
 from picaso_core.lab import primer as lab
 from picaso_core.lab.complexity import SERIES, measure_complexity
 from picaso_core.plots import primer as P
-from picaso_core.session import Resources
+from picaso_core.session import Resources, family_line
 from picaso_core.ui import budget
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, text, whole_number
@@ -142,14 +142,19 @@ def selective(selectivity=1.0):
     return P.selective_figure(d), d
 
 
-# a hybrid: lab.primer's captures read every layer's scan as a pure model's (its attention layers have none)
-HYBRID_WHAT = "The loaded model's memory, Δ and attention views (the scans of every layer)"
+def hybrid_note(res: Resources) -> str:
+    """'' for a pure SSM; for a hybrid, what the model views read: its Mamba layers' scans only (lab.primer
+    captures the scans; attention layers run none), numbered among the Mamba layers."""
+    if not res.hybrid:
+        return ""
+    at = ", ".join(map(str, lab.mamba_layers(res.model.config)))
+    return (f"This model is a {family_line(res.model.config)}: the memory, Δ and attention views below read its "
+            f"**{res.state_layers} Mamba layers** only (attention layers run no scan). Layer i there is the i-th "
+            f"Mamba layer; in the checkpoint they are layers {at}.")
 
 
 def model_view(res: Resources, text_in=DEFAULT_TEXT):
-    """The loaded model's memory per head and its Δ per token on a text."""
-    if res.hybrid:
-        raise bad_input(res.pure_ssm_only(HYBRID_WHAT), "/primer_model")
+    """The loaded model's memory per head and its Δ per token on a text (a hybrid: its Mamba layers)."""
     ids, tokens = _ids(res, text_in, "/primer_model", MAX_TEXT_TOKENS)
     budget.within("/primer_model", len(ids), f"{len(ids)} tokens")
     prof = lab.decay_profile(res.model, ids)
@@ -160,25 +165,24 @@ def model_view(res: Resources, text_in=DEFAULT_TEXT):
         rows.append(f"layer {layer['layer']}: median **{fin.median():.0f}**, longest {fin.max():.0f} tokens"
                     if fin.numel() else f"layer {layer['layer']}: no decay")
     md = (f"{len(ids)} tokens read. Memory per head (tokens until the decay < {lab.DEFAULT_TOL:g}), "
-          + "; ".join(rows) + ".")
+          + "; ".join(rows) + "." + (" Layers are numbered among the Mamba layers." if res.hybrid else ""))
     return P.memory_figure(prof), P.delta_tokens_figure(prof, tokens), md, prof, *_code("model", text=text_in)
 
 
 def attention_view(res: Resources, text_in=DEFAULT_TEXT, layer=0, head=0):
     """M and L for one layer and head, and M x against the engine's scan."""
     ep = "/primer_attention"
-    if res.hybrid:
-        raise bad_input(res.pure_ssm_only(HYBRID_WHAT), ep)
     cfg = res.model.config
-    layer = whole_number("layer", layer, 0, cfg.n_layer - 1, ep)
-    heads = cfg.nheads if cfg.family == "Mamba2" else cfg.d_inner
+    layer = whole_number("layer", layer, 0, res.state_layers - 1, ep)  # a hybrid: among its Mamba layers
+    heads = cfg.nheads if cfg.ssm_cfg.layer == "Mamba2" else cfg.d_inner
     head = whole_number("head", head, 0, heads - 1, ep)
     ids, tokens = _ids(res, text_in, ep, MAX_M_TOKENS)
     budget.check(ep, budget.primer_attention(len(ids)))
     d = lab.semiseparable(res.model, ids, layer, head)
     d["tokens"] = tokens
     ok = d["relative_error"] <= 1e-4
-    md = (f"Layer {layer}, head {head}, {len(ids)} tokens, A = {d['A']:.3f}: **M x {'equals' if ok else 'differs from'} "
+    where = f"Mamba layer {layer} (checkpoint layer {lab.mamba_layers(cfg)[layer]})" if res.hybrid else f"Layer {layer}"
+    md = (f"{where}, head {head}, {len(ids)} tokens, A = {d['A']:.3f}: **M x {'equals' if ok else 'differs from'} "
           f"the model's scan** — max |M x − scan| = {d['max_abs_diff']:.2e}, relative {d['relative_error']:.1e} "
           "(M in float64, the scan as the model ran it).")
     return P.attention_view_figure(d, tokens), md, d, *_code("attention", text=text_in, layer=layer, head=head)
@@ -284,7 +288,7 @@ def _code(which: str, **kw) -> tuple[str, str]:
 # ---- layout ---------------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     cfg = res.model.config
-    n_heads = cfg.nheads if cfg.family == "Mamba2" else cfg.d_inner
+    n_heads = cfg.nheads if cfg.ssm_cfg.layer == "Mamba2" else cfg.d_inner
     live = dict(preprocess=False, trigger_mode="always_last", show_progress="hidden")
 
     primer_block.render(res)  # first: what one block does with a token, and what its state is (issue 50)
@@ -303,12 +307,12 @@ def render(res: Resources) -> None:
     lti_outs = [kernel_plot, eigen_plot, lti_md, lti_data, lti_py, lti_cl]
 
     gr.Markdown("#### In the loaded model\n" + SAY["model"])
-    gr.Markdown(res.pure_ssm_only(HYBRID_WHAT), visible=res.hybrid, elem_id="primer-hybrid", elem_classes="px-note")
+    gr.Markdown(hybrid_note(res), visible=res.hybrid, elem_id="primer-hybrid", elem_classes="px-note")
     with gr.Row(equal_height=False):
         text_box = gr.Textbox(DEFAULT_TEXT, label="Text for the model to read", lines=2, scale=4, elem_id="primer-text",
                               info=f"used by the memory, Δ and attention views (at most {MAX_TEXT_TOKENS} tokens; "
                                    f"{MAX_M_TOKENS} for M)")
-        read = gr.Button("Read text", variant="primary", scale=1, elem_id="primer-read", interactive=not res.hybrid)
+        read = gr.Button("Read text", variant="primary", scale=1, elem_id="primer-read")
     model_md = gr.Markdown(label="Memory per layer", elem_id="primer-model-md")
     memory_plot = gr.Plot(label="Memory per head", elem_id="primer-memory")
 
@@ -324,7 +328,8 @@ def render(res: Resources) -> None:
     gr.Markdown("### 4. The Mamba-2 attention view\n" + SAY["attention"])
     with gr.Row():
         # count_slider: a one-layer or one-head model gets a fixed slider at 0 (gradio refuses min == max)
-        layer = count_slider(0, cfg.n_layer - 1, 0, label="layer", elem_id="primer-layer")
+        layer = count_slider(0, res.state_layers - 1, 0, label="Mamba layer" if res.hybrid else "layer",
+                             elem_id="primer-layer")
         head = count_slider(0, n_heads - 1, 0, label="head", elem_id="primer-head")
     attention_md = gr.Markdown(label="M x vs the scan", elem_id="primer-attention-md")
     attention_plot = gr.Plot(label="M and L", elem_id="primer-attention")
@@ -376,8 +381,6 @@ def render(res: Resources) -> None:
 
     @gpu(duration=15)
     def show_defaults():
-        if res.hybrid:  # the model views refuse (their note says why): the toy sections only
-            return (*lti(), *selective(), *[gr.skip()] * (len(model_outs) + len(att_outs)))
         return (*lti(), *selective(), *model_view(res), *attention_view(res))
 
     gr.on(None, show_defaults, [], lti_outs + [selective_plot, selective_data] + model_outs + att_outs,

@@ -79,7 +79,8 @@ def start_state(res: Resources, start: str):
     ids, states = res.derived("block_walk_contexts", made)
     if start == "context":
         return states[-1], f"from the stored state of context `{ids[-1]}` ({int(states[-1].num_tokens)} tokens)"
-    return compose("picaso_r", states), f"from PICASO-R of {len(ids)} contexts ({', '.join(f'`{c}`' for c in ids)})"
+    named = ", ".join(f"`{c}`" for c in ids)
+    return compose("picaso_r", states, config=res.model), f"from PICASO-R of {len(ids)} contexts ({named})"
 
 
 # ---- input checks and handlers ------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from picaso_core.session import DEFAULT_CACHE, Resources, load_resources
 from picaso_core.ui.errors import bad_input
 from picaso_core.ui.server import serving
 from picaso_core.ui.tour.cli import parse_args
-from picaso_core.ui.tour.runs import RUNNERS, View, resolve
+from picaso_core.ui.tour.runs import RUN_KEYS, RUNNERS, View, resolve
 from picaso_core.ui.tour.static import write_site
 from picaso_core.ui.tour.steps import OPENINGS, STEPS, Step
 
@@ -71,9 +71,11 @@ def cache_key(res: Resources) -> dict:
 
 def step_key(step: Step) -> str:
     """A step's own definition: a changed title, tab, runner (its name or its code, which writes the
-    step's text) or input rebuilds that step."""
+    step's text) or input rebuilds that step; so does what its runner reads besides the app's model
+    (runs.RUN_KEYS: the last step's bundled hybrid model)."""
     code = _source(RUNNERS[step.run]) if step.run in RUNNERS else ""
-    return hashlib.sha256(json.dumps([step.title, step.tab, step.run, step.inputs, code],
+    extra = [RUN_KEYS[step.run]()] if step.run in RUN_KEYS else []  # none: the other steps' keys are as they were
+    return hashlib.sha256(json.dumps([step.title, step.tab, step.run, step.inputs, code, *extra],
                                      sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -37,7 +37,8 @@ LANDING = "compose"  # the tab the page opens on
 ENDPOINTS = {"compose_none_vs_concat": ("compose",), "compose_methods": ("compose",), "compose_order": ("compose",),
              "compose_time": ("compose",), "compose_finetuned": ("compose",), "soup_map": ("soup_map",),
              "soup_two_task": ("soup_two_task",), "landscape": ("landscape",), "attribution": ("attribute",),
-             "coffee": ("coffee_train",), "block_walk": ("block_walk_view",)}
+             "coffee": ("coffee_train",), "block_walk": ("block_walk_view",),
+             "compose_hybrid": ("compose",)}  # on a hybrid app only: elsewhere its view fills no output
 BAR_ON, BAR_OFF = ["px-tour"], ["px-tour", "px-off"]  # the tour bar's classes, shown and hidden (bar_classes)
 PLACEHOLDER = go.Figure(layout={"height": 40})
 

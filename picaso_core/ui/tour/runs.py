@@ -8,12 +8,16 @@ same Compose inputs) compute it once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from picaso_core.session import TUNED_DIR, Resources
+from picaso_core.engine.loading import BUNDLED, load_model
+from picaso_core.session import TUNED_DIR, Resources, family_line, open_or_build_store, store_folder
 from picaso_core.ui.tabs import attribution as attribution_tab
 from picaso_core.ui.tabs import coffee as coffee_tab
 from picaso_core.ui.tabs import compose as C
@@ -217,6 +221,126 @@ def compose_finetuned(res: Resources, memo=None, **inputs) -> View:
     return View(finetuned_text(facts), [fig], [("Loss per method, base vs fine-tuned", table)], "compose", out, facts)
 
 
+# ---- the same question on a hybrid model (issue 49) ---------------------------------------------
+HYBRID_MODEL = "demo-hybrid"  # the bundled hybrid: Nemotron-H's layout, trained as the demo model was
+_digests: dict[tuple, str] = {}
+
+
+def hybrid_fingerprint() -> str:
+    """sha256 of the bundled hybrid's files (config, weights, tokenizer), 16 hex digits ("absent" without
+    them): in the last step's cache key (tour.cache.step_key), so that retraining it rebuilds the step.
+    Hashed again only when a file's size or time changes."""
+    folder = BUNDLED[HYBRID_MODEL][0]
+    files = sorted(p for p in folder.glob("*") if p.suffix in (".json", ".safetensors")) if folder.is_dir() else []
+    if not any(p.name == "config.json" for p in files):
+        return "absent"
+    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    if stamp not in _digests:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
+        _digests[stamp] = h.hexdigest()[:16]
+    return _digests[stamp]
+
+
+@functools.lru_cache(maxsize=2)
+def _hybrid_model(device: str, files: str):
+    """The bundled hybrid, loaded once per process (and per version of its files: `files` is their digest)."""
+    model = load_model(HYBRID_MODEL, device=device)
+    model.name_or_path = HYBRID_MODEL
+    return model
+
+
+def hybrid_resources(res: Resources) -> Resources:
+    """`res` with the bundled hybrid and its own state store (same corpus and retriever), as
+    session.tuned_resources does for the fine-tuned model: states of one model are never read by another."""
+    def make():
+        model = _hybrid_model(str(res.model.device), hybrid_fingerprint())
+        folder = store_folder(Path(res.cache_dir), res.corpus.name, res.corpus.split, model.fingerprint())
+        store = open_or_build_store(model, res.database, folder, log=lambda *_: None)
+        return replace(res, model=model, model_name=HYBRID_MODEL, store=store)
+
+    return res.derived(f"tour_hybrid_{hybrid_fingerprint()}", make)
+
+
+def _share(d: dict) -> float | None:
+    """PICASO-R's share of Concat's gain over no context; None where Concat gains nothing."""
+    gain = d["none"] - d["concat"]
+    return (d["none"] - d["picaso_r"]) / gain if gain > 0 else None
+
+
+def _recovers(d: dict) -> str:
+    share = _share(d)
+    if share is None:
+        return f"Concat does not lower the loss ({d['none']:.3f} → {d['concat']:.3f}): there is no gain to recover"
+    if share <= 0:
+        return (f"Concat lowers the loss from {d['none']:.3f} to {d['concat']:.3f}; PICASO-R ({d['picaso_r']:.3f}) "
+                "recovers none of that gain")
+    return (f"Concat lowers the loss from {d['none']:.3f} to {d['concat']:.3f}; PICASO-R, composing stored states, "
+            f"reaches **{d['picaso_r']:.3f}**, **{share:.0%}** of Concat's gain")
+
+
+def hybrid_text(f: dict) -> str:
+    """The last step's text from its facts: the hybrid's losses per method (and "picaso_r_drop", the
+    attention keys and values dropped), the pure model's where the step computed them, and whose
+    results the tab below shows."""
+    h, p = f["hybrid"], f["pure"]
+    text = (f"**Look at** the same question and contexts on **{f['model']}** ({f['family']}). A hybrid's attention "
+            "layers keep every context's keys and values, joined when composed (docs/hybrid.md). "
+            f"On it, {_recovers(h)}.")
+    if p is not None:
+        text += f" On the pure **{f['app_model']}** model: {_recovers(p)}."
+    drop = h["picaso_r_drop"] - h["picaso_r"]
+    if drop > 0.005:
+        text += (f" Dropping the attention layers' keys and values (the last row) raises PICASO-R's loss to "
+                 f"**{h['picaso_r_drop']:.3f}**: the attention layers carry part of what the contexts hold.")
+    elif drop < -0.005:
+        text += (f" Dropping the attention layers' keys and values (the last row) lowers PICASO-R's loss to "
+                 f"{h['picaso_r_drop']:.3f}: here the joined keys and values do not help.")
+    else:
+        text += (f" Dropping the attention layers' keys and values (the last row) leaves PICASO-R's loss about where "
+                 f"it is ({h['picaso_r_drop']:.3f}): here the SSM part carries what the answer needs.")
+    if f["own"]:
+        return text + (" The app serves this hybrid itself: the tab below shows its results; the pure model's column "
+                       "is left out (this step loads no second model).")
+    return text + (f" The table is in this bar only: the tab below keeps the results of the app's own model, "
+                   f"{f['app_model']} (start the app with `--model {f['model']}` to run the hybrid there).")
+
+
+def compose_hybrid(res: Resources, memo=None, **inputs) -> View:
+    """The Compose tab's run on the bundled hybrid beside the app's model: every method and the ablation.
+    On a hybrid app, the app's own model alone (no second model is loaded)."""
+    own = res.hybrid
+    if not own and hybrid_fingerprint() == "absent":
+        return View(f"The bundled hybrid model is missing: make it with `python {BUNDLED[HYBRID_MODEL][1]}`.")
+    hy_res = res if own else hybrid_resources(res)
+    # the hybrid's runs memoised apart: _compose's key names the inputs, not the model
+    hy_memo = memo if own or memo is None else memo.setdefault(("hybrid", hy_res.model.fingerprint()), {})
+    out, hy = _compose(hy_res, hy_memo, **inputs)
+    pure = None if own else _compose(res, memo, **inputs)[1]
+    cols = [(f"{res.model_name} ({family_line(res.model.config)})", pure)] if pure is not None else []
+    cols.append((f"{hy_res.model_name} (hybrid)", hy))
+    rows = [{"Method": C.LABEL[m], **{c: round(_loss(d, m), 3) if m in d["methods"] else None for c, d in cols}}
+            for m in hy["methods"]]
+    table = pd.DataFrame(rows)
+    fig = go.Figure([go.Bar(name=c, x=table["Method"], y=table[c]) for c, _ in cols])
+    fig.update_layout(barmode="group", height=380, template="plotly_white", margin=dict(l=40, r=20, t=60, b=40),
+                      title="Continuation loss per method, pure vs hybrid" if pure is not None else
+                      "Continuation loss per method on the hybrid",
+                      legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
+    facts = {"model": hy_res.model_name, "family": family_line(hy_res.model.config), "own": own,
+             "app_model": res.model_name, "fingerprint": hy_res.model.fingerprint(),
+             "hybrid": {m: _loss(hy, m) for m in hy["methods"]},
+             "pure": None if pure is None else {m: _loss(pure, m) for m in pure["methods"]}}
+    # the tab's own outputs only when they are the app's model's (the bar holds another model's)
+    return View(hybrid_text(facts), [fig], [("Loss per method, pure vs hybrid", table)],
+                "compose" if own else None, out if own else None, facts)
+
+
+# extra parts of a runner's cache key (tour.cache.step_key): what it reads besides the app's model and corpus
+RUN_KEYS = {"compose_hybrid": hybrid_fingerprint}
+
+
 # ---- other tabs -------------------------------------------------------------------------------
 def soup_map_text(f: dict) -> str:
     """Step 5's lead, before the tab's own summary (which says where the typed demonstration lands, and
@@ -334,4 +458,4 @@ def coffee(res: Resources, memo=None, task="ih", steps=300, **_) -> View:
 
 RUNNERS = {f.__name__: f for f in (compose_none_vs_concat, compose_methods, compose_order, compose_time,
                                    compose_finetuned, soup_map, soup_two_task, landscape, attribution, primer,
-                                   block_walk, coffee)}
+                                   block_walk, coffee, compose_hybrid)}

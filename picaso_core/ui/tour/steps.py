@@ -1,4 +1,4 @@
-"""The guided tour's steps, as data: the PICASO story on the bundled demo in twelve views.
+"""The guided tour's steps, as data: the PICASO story on the bundled demo in thirteen views.
 
 Each step names the tab it opens, the inputs it sets there (by the names the tab's links use,
 picaso_core.ui.tour.links) and the runner (picaso_core.ui.tour.runs) that computes what the step
@@ -60,6 +60,9 @@ STEPS: tuple[Step, ...] = (
     # inserted before the last step, not appended: step numbers 1-10 and the Primer's place second to last hold
     Step("What is a state?", "primer", "block_walk", BLOCK_WALK),
     Step("COFFEE vs S6", "coffee", "coffee", dict(task="ih", steps=COFFEE_STEPS)),
+    # appended: steps 1-12 keep their numbers. The Compose question of steps 1-2 on the bundled hybrid (issue 49),
+    # beside the app's model; the bar shows the table, the tab keeps the app's own results
+    Step("The same question on a hybrid model", "compose", "compose_hybrid", _COMPOSE),
 )
 
 # What each tab opens on before anything is pressed: the result of its default inputs, from the same

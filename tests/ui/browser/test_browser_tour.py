@@ -120,9 +120,9 @@ def test_walk_the_tour_with_next_and_the_arrow_keys(browser, tour_app, width):  
         key = lambda k: ActionChains(browser).send_keys(k).perform()  # noqa: E731  (to the focused element)
         seconds = _walk(browser, lambda: key(Keys.ARROW_RIGHT))
         _timed(browser, len(STEPS) - 1, lambda: key(Keys.ARROW_LEFT))
-        # with focus in a text box the arrows move its caret, not the tour (step 10 opens the Primer tab)
-        assert STEPS[len(STEPS) - 2].tab == "primer"
-        box = browser.find_element(By.CSS_SELECTOR, "#primer-text textarea")
+        # with focus in a text box the arrows move its caret, not the tour (the second-to-last step opens COFFEE)
+        assert STEPS[len(STEPS) - 2].tab == "coffee"
+        box = browser.find_element(By.CSS_SELECTOR, "#coffee-seq-len input")
         browser.execute_script("arguments[0].scrollIntoView(); arguments[0].focus()", box)
         key(Keys.ARROW_RIGHT)
         time.sleep(0.5)

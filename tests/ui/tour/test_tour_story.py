@@ -129,3 +129,27 @@ def test_real_coffee_step_reads_its_last_accuracies(real):
     c, s = hist["coffee"][-1]["accuracy"], hist["s6"][-1]["accuracy"]
     assert hist["coffee"][-1]["step"] == 100 and f"**{c:.2f}**" in entry["text"] and f"**{s:.2f}**" in entry["text"]
     assert ("as in the paper" in entry["text"]) == (c >= 0.9 and s <= 0.7)
+
+
+HYBRID = {"none": 1.30, "concat": 0.50, "soup": 0.80, "caso": 0.75, "picaso_s": 0.72, "picaso_r": 0.70,
+          "picconcat_r": 0.55, "picaso_r_drop": 0.90}
+ON_PURE = {"model": "demo-hybrid", "family": "Nemotron-H hybrid: 4 Mamba-2 + 1 attention layers", "own": False,
+           "app_model": "demo", "hybrid": HYBRID, "pure": LOSSES}
+
+
+def test_last_step_says_what_the_attention_layers_carry_only_where_dropping_them_raises_the_loss():
+    text = runs.hybrid_text(ON_PURE)
+    # PICASO-R's share of Concat's gain: (1.30 - 0.70) / (1.30 - 0.50) on the hybrid, (1.2 - 0.686) / 0.71 pure
+    assert "**0.700**, **75%** of Concat's gain" in text and "**0.686**, **72%** of Concat's gain" in text
+    assert "raises PICASO-R's loss to **0.900**" in text and "carry part" in text
+    assert "the tab below keeps the results of the app's own model, demo" in text
+    flat = runs.hybrid_text({**ON_PURE, "hybrid": {**HYBRID, "picaso_r_drop": 0.702}})
+    assert "carry part" not in flat and "about where it is (0.702)" in flat
+    lower = runs.hybrid_text({**ON_PURE, "hybrid": {**HYBRID, "picaso_r_drop": 0.60}})
+    assert "carry part" not in lower and "lowers PICASO-R's loss to 0.600" in lower
+    none = runs.hybrid_text({**ON_PURE, "hybrid": {**HYBRID, "concat": 1.35}})
+    assert "no gain to recover" in none and "75%" not in none
+    worse = runs.hybrid_text({**ON_PURE, "hybrid": {**HYBRID, "picaso_r": 1.40, "picaso_r_drop": 1.40}})
+    assert "recovers none of that gain" in worse
+    own = runs.hybrid_text({**ON_PURE, "own": True, "pure": None})
+    assert "On the pure" not in own and "the tab below shows its results" in own
