@@ -42,6 +42,7 @@ MODEL = dict(concurrency_limit="default", concurrency_id=POOL)  # the shared poo
 LIGHT = dict(concurrency_limit=None)  # no model work: never waits behind one
 HISTORY_ROWS = 20  # rows of a session's run history kept
 LIGHT_THREADS = 14  # threads beyond the pool's: light events and Gradio's own sync routes (/info)
+LOCALHOST_WAIT_S = 60.0  # how long launch() may wait for its own page to answer (patient_localhost_check)
 
 
 def job_threads(workers: int, threads: int = 0, cores: int | None = None) -> int:
@@ -83,6 +84,7 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: in
     share_session_configs()  # a new session's configs built once, not per visitor (page_config)
     jobs.limit_jobs(demo, time_limits, POOL)  # each model-bound job under its endpoint's limit (None: the defaults)
     tune_allocator()
+    patient_localhost_check()
     in_background(_trim_every, TRIM_EVERY_S)
     demo.delete_cache = (600, 3600)  # temporary files (uploads, outputs) older than an hour, checked every 10 min
     # a new session costs a copy of the page's config (~100s of kB): without a bound, every
@@ -93,6 +95,30 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: in
     return dict(state_session_capacity=max_sessions, max_threads=workers + LIGHT_THREADS,
                 app_kwargs={**compressed(load, hide_upload_paths=not takes_files(demo)), "routes": list(routes)},
                 max_file_size=None if max_upload_mb is None else int(max_upload_mb * 1e6))
+
+
+def patient_localhost_check(limit_s: float = LOCALHOST_WAIT_S) -> None:
+    """launch() asks its own page five times, 3 s each, and refuses to start ("When localhost is not
+    accessible, a shareable link must be created") if no answer came: on a busy machine, with the start's
+    background work (the tour's build, a warm-up click) holding the interpreter, the page can take longer
+    than that and the app died at start. Here the same question waits up to `limit_s` seconds."""
+    from gradio import networking  # launch() reads networking.url_ok when it runs
+
+    def url_ok(url: str) -> bool:
+        import httpx  # gradio's own client
+
+        end = time.monotonic() + limit_s
+        while True:
+            try:
+                if httpx.head(url, timeout=min(15.0, limit_s), verify=False).status_code in (200, 401, 301, 302, 303, 307, 308):
+                    return True
+            except (httpx.ConnectError, httpx.TimeoutException):
+                pass
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.5)
+
+    networking.url_ok = url_ok
 
 
 def takes_files(demo) -> bool:
