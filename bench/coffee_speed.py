@@ -44,7 +44,7 @@ def compiled(layer):
         y, _ = f(torch.randn(2, 3, layer.lam.shape[0]), fast=False)
         y.sum().backward()
         return f
-    except Exception as e:  # noqa: BLE001: report and go on without it
+    except Exception as e:  # noqa: BLE001 -- report and go on without it
         print(f"torch.compile unavailable here: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
         return None
 

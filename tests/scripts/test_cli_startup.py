@@ -48,6 +48,8 @@ SCRIPT_BAD_VALUES = {
     "scripts/eval_demo.py": ("--samples 0 --no-card", "--samples"),
     "scripts/fault_table.py": ("--port 0", "--port"),
     "scripts/fidelity.py": ("--check=yes", "--check"),
+    "scripts/graft_demo_hybrid.py": ("--out /tmp/x --seed x", "--seed"),
+    "scripts/measure_hybrid.py": ("--samples 0", "--samples"),
     "scripts/finetune_demo.py": ("--lm-share 1", "--lm-share"),
     "scripts/measure_attribution.py": ("--methods loi,x --no-card", "--methods"),
     "scripts/measure_landscape.py": ("--threads 0 --no-write", "--threads"),

@@ -234,7 +234,8 @@ def test_memory_stays_flat_under_a_scaled_soak(tiny_model_dir, tmp_path):
         out = soak(url, url.proc.pid, load_corpus(str(corpus)).samples, clients=10, rounds=8, calls=40, serial=10,
                    k=2, new_sessions=0.5, settle=1.5, progress=lambda msg: None)
     assert out["failures"] == 0, out["failure_kinds"]
-    assert out["slope_last_half_kb_per_call"] <= 150, (out["rss_mb"], out["slope_last_half_kb_per_call"])
+    fitted = out["growth"]["fitted_mb_per_1000"]  # MB per 1,000 calls = kB per call
+    assert fitted <= 150, (out["rss_mb"], fitted)
 
 
 def test_a_process_that_starts_the_app_exits_cleanly_with_its_background_work_running(tmp_path):
