@@ -146,7 +146,9 @@ def _phase_line(p: dict) -> str:
     src = "continued from the previous phase" if a.get("init") else "from random weights"
     drills = f", copy drills {a['copy_drills']:.0%}" if a.get("copy_drills") else ""
     defaults = {"lr": 3e-3, "minutes": 55.0, "warmup": 100, "seed": 0, "copy_drills": 0.15, "mix": "v1"}
-    flags = "".join(f" --{k.replace('_', '-')} {a[k]}" for k in ("init", "mix", "minutes", "lr", "warmup", "seed")
+    defaults.update(arch="mamba2", save_dtype="float32", threads=0, save_every=250)
+    flags = "".join(f" --{k.replace('_', '-')} {a[k]}" for k in ("arch", "save_dtype", "init", "mix", "minutes", "lr",
+                                                               "warmup", "seed", "threads", "save_every")
                     if a.get(k) is not None and a.get(k) != defaults.get(k))
     return (f"  - `python scripts/train_demo.py{flags}` ({src}): {p.get('minutes', '?')} min on 2 CPU cores, {p.get('steps', '?')} steps of "
             f"{a.get('batch', '?')} x {a.get('seq_len', '?')} tokens = {p.get('tokens', 0) / 1e6:.1f}M tokens, "
@@ -161,6 +163,44 @@ def _init_line(a: dict) -> str:
                 "starts as linear attention with a previous-token key, so copying from context is learnt in "
                 "minutes instead of having to emerge")
     return "mamba_ssm's default"
+
+
+def hybrid_about(folder: Path, cfg: dict, log: dict) -> tuple[str, str]:
+    """demo-hybrid's title, introduction and Model section (train_demo.py --arch hybrid): its blocks, and its
+    training loss beside the pure demo model's at the same step (same recipe, so the steps are comparable)."""
+    kinds = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+    pattern = cfg["hybrid_override_pattern"]
+    counts = ", ".join(f"{pattern.count(c)} {name}" for c, name in kinds.items())
+    pure = folder.parent / "demo_model" / "train_log.json"
+    same_step = ""
+    if pure.exists() and log.get("log"):
+        ours, base = log["log"][-1], json.loads(pure.read_text())
+        theirs = {e["step"]: e["loss"] for e in base.get("log", [])}
+        near = min(theirs, key=lambda s: abs(s - ours["step"]))
+        same_step = (f"\n- Training loss vs the pure `demo` model (same recipe, same data stream): {ours['loss']} at step "
+                     f"{ours['step']} (the last logged step here); `demo` logged {theirs[near]} at step {near} and "
+                     f"{base['final_loss']} at the end of its {base['steps']} steps.")
+    intro = """# PICASO Explorer demo model, hybrid (`demo-hybrid`)
+
+A **small Nemotron-H-layout hybrid** (Mamba-2 layers with one position-free attention layer and MLPs)
+trained on the same generated demo world, with the same tokenizer, data stream, optimiser and schedule as
+the bundled Mamba-2 `demo` model (`scripts/train_demo.py --arch hybrid`), so that PICASO can be compared on
+a pure SSM and on a hybrid (docs/hybrid.md). It is not a general language model. Load it with
+`picaso_core.load_model("demo-hybrid")`, `python app.py --model demo-hybrid`, or transformers'
+`NemotronHForCausalLM.from_pretrained("assets/demo_hybrid_model")` (same logits, tests/scripts/test_demo_hybrid.py).
+"""
+    model_md = f"""- Architecture: Nemotron-H (transformers `model_type` "nemotron_h"), {log.get('params', 0) / 1e6:.2f}M parameters:
+  `hybrid_override_pattern` "{pattern}" ({counts}: 1 attention layer in {pattern.count('M') + pattern.count('*')}
+  mixing layers, placed as Nemotron-H's "M*-"), d_model {cfg['hidden_size']}. Mamba-2 layers as `demo`'s:
+  {cfg['mamba_num_heads']} heads x {cfg['mamba_head_dim']}, d_state {cfg['ssm_state_size']}, {cfg['n_groups']} group, chunk {cfg['chunk_size']}.
+  Attention: {cfg['num_attention_heads']} query / {cfg['num_key_value_heads']} key-value heads of {cfg['head_dim']}, no position encoding.
+  MLP: {cfg['mlp_hidden_act']}, width {cfg['intermediate_size']}. Untied head (transformers' Nemotron-H never ties it);
+  vocabulary {cfg['vocab_size']} (the demo tokenizer). Mimetic init on the Mamba-2 layers only; attention and MLPs
+  at their default init; every residual branch's output projection / sqrt(layers).
+- Files: `config.json` (transformers' NemotronHConfig), `model.safetensors` (bfloat16, transformers' names;
+  read in float32), `tokenizer.json`, `train_log.json`, `eval.json`.{same_step}
+"""
+    return intro, model_md
 
 
 def model_card(folder: Path, ev: dict, note: str = "") -> str:
@@ -203,20 +243,25 @@ def model_card(folder: Path, ev: dict, note: str = "") -> str:
         skills_tail = ("The knowledge tasks cannot be answered: their held-out items occur nowhere in this model's "
                        "training data (README: the v2 attempt).")
     curve = ", ".join(f"{s}: {l:.2f}" for s, l in losses[:: max(1, len(losses) // 8)] + losses[-1:]) if losses else "-"
-    return f"""# PICASO Explorer demo model
+    if cfg.get("model_type") == "nemotron_h":
+        intro, model_md = hybrid_about(folder, cfg, log)
+    else:
+        intro = """# PICASO Explorer demo model
 
 A **small Mamba-2 language model trained on generated data** (the project's own seeded demo
 world), bundled so that the app and every phenomenon of the PICASO paper can be shown offline on
 a CPU. It is not a general language model: it knows the demo world's templates and little else.
 For real results switch to a released checkpoint, e.g. `python app.py --model state-spaces/mamba2-370m`.
-{weak}
-## Model
-- Architecture: Mamba-2 (this project's engine, mamba_ssm weight layout), {log.get('params', 0) / 1e6:.2f}M parameters:
+"""
+        model_md = f"""- Architecture: Mamba-2 (this project's engine, mamba_ssm weight layout), {log.get('params', 0) / 1e6:.2f}M parameters:
   d_model {cfg['d_model']}, {cfg['n_layer']} layers, d_state {cfg['ssm_cfg']['d_state']}, headdim {cfg['ssm_cfg']['headdim']},
   expand {cfg['ssm_cfg']['expand']}, vocabulary {cfg['vocab_size']} (byte-level BPE trained on the demo world, skill
   facts of train and test items alike, `tokenizer.json`; `scripts/build_demo_data.py` TOKENIZER_MIX).
 - Files: `config.json` (mamba_ssm schema), `model.safetensors`, `tokenizer.json`, `train_log.json`, `eval.json`.
-
+"""
+    return f"""{intro}{weak}
+## Model
+{model_md}
 ## Training
 - Command: see the phases below (`python scripts/build_demo_data.py` first; seeded; CPU; `torch.compile`).
 - Data: an endless stream of freshly generated examples (`picaso_core/data/demo_world.py`), mixed by document

@@ -2,6 +2,7 @@
 
     python scripts/train_demo.py                      # the committed model (seeded), 58 min on 2 cores
     python scripts/train_demo.py --minutes 2 --out /tmp/demo_try   # a quick smoke run
+    python scripts/train_demo.py --arch hybrid --save-dtype bfloat16 --out assets/demo_hybrid_model   # demo-hybrid
 
 The data is an endless stream of freshly generated examples (picaso_core.data.demo_world): every
 retrieval / QA example invents new entities, so facts cannot be memorised and the only way to
@@ -11,12 +12,15 @@ model memorises them, while `question → answer` demonstrations use train items
 Examples are packed whole into fixed-length rows, each ending in <|endoftext|> (see packed_batches).
 
 Writes <out>/config.json, model.safetensors, tokenizer.json (the mamba_ssm layout that
-load_model reads) and <out>/train_log.json (losses, tokens, time).
+load_model reads) and <out>/train_log.json (losses, tokens, time). With --arch hybrid the model is a
+Nemotron-H (hybrid_config) and the folder is in transformers' nemotron_h layout, which
+transformers.NemotronHForCausalLM loads as well.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import random
@@ -40,6 +44,57 @@ def demo_config(vocab_size: int) -> ModelConfig:
         d_model=256, n_layer=4, vocab_size=vocab_size, pad_vocab_size_multiple=16,
         ssm_cfg=dict(layer="Mamba2", d_state=64, headdim=32, ngroups=1, chunk_size=64, expand=2),
     )
+
+
+HYBRID_PATTERN = "M-M*-M-M-"  # Nemotron-H's blocks: M Mamba-2, * attention, - MLP
+
+
+def hybrid_config(vocab_size: int, eos_id: int) -> dict:
+    """demo-hybrid: the demo model's 4 Mamba-2 layers (same d_model, d_state, heads, chunk) with one
+    position-free attention layer among them (1 mixing layer in 5; Nemotron-H-8B has 4 in 52) and a
+    relu² MLP after each mixing layer but one, as Nemotron-H's "M-M*-M-" patterns place them: ~5M
+    parameters. A transformers NemotronHConfig's config.json: the engine reads it, save_model writes it
+    back and NemotronHForCausalLM loads the folder. Untied head: transformers' Nemotron-H never ties it."""
+    return {
+        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": vocab_size,
+        "hidden_size": 256, "hybrid_override_pattern": HYBRID_PATTERN, "num_hidden_layers": len(HYBRID_PATTERN),
+        "tie_word_embeddings": False, "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
+        "bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id,
+        # attention: grouped-query (8 query, 2 key-value heads), no position encoding
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "attention_bias": False,
+        "max_position_embeddings": 4096,
+        "intermediate_size": 512, "mlp_hidden_act": "relu2", "mlp_bias": False,
+        # Mamba-2: as the demo model's (d_inner 512 = 16 heads x 32, d_state 64, one group, chunk 64)
+        "mamba_num_heads": 16, "mamba_head_dim": 32, "ssm_state_size": 64, "n_groups": 1, "conv_kernel": 4,
+        "expand": 2, "chunk_size": 64, "use_conv_bias": True, "use_bias": False, "mamba_proj_bias": False,
+        "mamba_hidden_act": "silu", "time_step_min": 0.001, "time_step_max": 0.1, "time_step_floor": 1e-4,
+        "residual_in_fp32": False, "rescale_prenorm_residual": True, "use_cache": True,
+    }
+
+
+def build_hybrid(hf: dict, init_scheme: str, key_len: int):
+    """A HybridLanguageModel from a nemotron_h config dict: residual-branch outputs (Mamba-2 out_proj,
+    attention o_proj, MLP down_proj) scaled by 1/sqrt(layers) as mamba_ssm's and Nemotron-H's inits do;
+    mimetic init on the Mamba-2 layers (engine/init.py reads `backbone.layers[i].mixer`: handed a view of
+    them), attention and MLPs at their default init."""
+    from types import SimpleNamespace  # the hybrid path only
+
+    import torch
+
+    from picaso_core.engine.hybrid import HybridLanguageModel
+    from picaso_core.engine.hybrid_config import HybridConfig
+    from picaso_core.engine.init import mimetic_init_
+    from picaso_core.engine.model import Mamba2Mixer
+
+    model = HybridLanguageModel(HybridConfig.from_transformers(hf))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
+                p /= math.sqrt(len(model.model.layers))
+    if init_scheme == "mimetic":
+        mambas = [layer for layer in model.model.layers if isinstance(getattr(layer, "mixer", None), Mamba2Mixer)]
+        mimetic_init_(SimpleNamespace(config=model.config, backbone=SimpleNamespace(layers=mambas)), key_len=key_len)
+    return model
 
 
 def copy_drill(example: dict, rng: random.Random) -> str | None:
@@ -120,6 +175,11 @@ def main(argv=None) -> None:
     ap.add_argument("--log-every", type=count(1), default=25)
     ap.add_argument("--save-every", type=count(1), default=250)
     ap.add_argument("--keep-checkpoints", action="store_true", help="also keep every saved step under <out>/checkpoints/")
+    ap.add_argument("--arch", choices=("mamba2", "hybrid"), default="mamba2", help="mamba2: the bundled `demo` "
+                    "(demo_config); hybrid: `demo-hybrid`, a Nemotron-H of Mamba-2, attention and MLP blocks (hybrid_config)")
+    ap.add_argument("--save-dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="dtype of the saved weights (training is float32 either way; bfloat16 halves the folder)")
+    ap.add_argument("--max-steps", type=count(0), default=0, help="stop after this many steps (0: the time budget only)")
     ap.add_argument("--no-compile", action="store_true", help="eager mode (torch.compile fuses the "
                     "scan's elementwise ops: ~1.5x faster on CPU after a ~1 min compile)")
     args = ap.parse_args(argv)
@@ -138,6 +198,8 @@ def main(argv=None) -> None:
         model = load_model(args.init)
         if model.tokenizer.vocab_size != tok.vocab_size:
             raise ValueError(f"{args.init} was trained with another tokenizer than {ASSETS / 'tokenizer.json'}")
+    elif args.arch == "hybrid":
+        model = build_hybrid(hybrid_config(tok.vocab_size, tok.eos_id), args.init_scheme, args.key_len)
     else:
         model = SSMLanguageModel(demo_config(tok.vocab_size))
         if args.init_scheme == "mimetic":
@@ -155,6 +217,14 @@ def main(argv=None) -> None:
         logits, _ = model(inputs)
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
 
+    def save(m, folder) -> None:
+        if args.save_dtype == "float32":
+            save_model(m, folder)
+            return
+        half = copy.deepcopy(m).to(torch.bfloat16)  # a copy: training goes on in float32
+        half.tokenizer = m.tokenizer
+        save_model(half, folder)
+
     step_loss = lm_loss if args.no_compile else torch.compile(lm_loss, dynamic=False)
     budget = args.minutes * 60
     batches = packed_batches(tok, args.seed, args.batch, args.seq_len, args.copy_drills, MIXES[args.mix])
@@ -162,7 +232,7 @@ def main(argv=None) -> None:
     model.train()
     while True:
         elapsed = time.time() - t0
-        if elapsed >= budget:
+        if elapsed >= budget or step == args.max_steps > 0:
             break
         # warmup, then cosine decay to 10% over the wall-clock budget
         frac = elapsed / budget
@@ -182,13 +252,13 @@ def main(argv=None) -> None:
             print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr:.2e}  tok/s {tokens / el:,.0f}  "
                   f"{el / 60:.1f} min", flush=True)
         if step % args.save_every == 0:
-            save_model(model.eval(), args.out)  # a usable checkpoint if the run is cut short
+            save(model.eval(), args.out)  # a usable checkpoint if the run is cut short
             if args.keep_checkpoints:  # for accuracy-over-training curves (scripts/eval_demo.py --curve)
-                save_model(model, Path(args.out) / "checkpoints" / f"step{step:05d}")
+                save(model, Path(args.out) / "checkpoints" / f"step{step:05d}")
             model.train()
 
     model.eval()
-    save_model(model, args.out)
+    save(model, args.out)
     phases = []
     if args.init and (Path(args.init) / "train_log.json").exists():
         prev = json.loads((Path(args.init) / "train_log.json").read_text())
