@@ -46,6 +46,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import parse, parser, write_json  # noqa: E402
 
 
+def wait_idle(pid: int, limit: float, window: float = 5.0, quiet: float = 0.5) -> tuple[float, float]:
+    """Wait until the process used under `quiet` CPU seconds in `window` seconds (up to `limit` s): the
+    app's start schedules one-off work in the background (the tour's build, the store's encoding, the
+    landscape default) whose memory is no growth of the serving. Returns (seconds waited, the last
+    window's CPU seconds: 0.0 once idle)."""
+    fields = lambda: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # noqa: E731
+    cpu = lambda: (int(fields()[11]) + int(fields()[12])) / os.sysconf("SC_CLK_TCK")  # noqa: E731
+    t0 = time.perf_counter()
+    while True:
+        c0 = cpu()
+        time.sleep(window)
+        used = cpu() - c0
+        if used < quiet:
+            return time.perf_counter() - t0, 0.0
+        if time.perf_counter() - t0 >= limit:
+            return time.perf_counter() - t0, used
+
+
 def rss_mb(pid: int) -> float:
     """Resident memory of a process, MB (Linux /proc)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -258,6 +276,10 @@ def main() -> None:
                    help="seconds to wait after a round before reading RSS (the app trims its heap every 10 s)")
     p.add_argument("--app-env", action="append", default=[], metavar="NAME=VALUE", help="environment of the app")
     p.add_argument("--app-args", default="", help="extra app.py flags, e.g. '--queue-size 0'")
+    p.add_argument("--cache-dir", default=None, help="the app's --cache-dir (default: a fresh temporary folder); "
+                   "one where `python -m picaso_core.ui.tour build` ran skips the tour's build at start")
+    p.add_argument("--idle-wait", type=float, default=600.0, help="before the first round, wait up to this many "
+                   "seconds for the app to go idle (its start's background builds done); 0: do not wait")
     p.add_argument("--url", default=None, help="an app already running (with --pid): no app is started")
     p.add_argument("--pid", type=int, default=None, help="the process id of the app at --url")
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for the app to start")
@@ -280,10 +302,16 @@ def main() -> None:
         if args.url:
             url, pid = args.url, args.pid
         else:
-            proc, url, _, log = launch(args.model, args.corpus, args.split, Path(tmp), args.timeout, env,
+            cache = Path(args.cache_dir) if args.cache_dir else Path(tmp)
+            cache.mkdir(parents=True, exist_ok=True)
+            proc, url, _, log = launch(args.model, args.corpus, args.split, cache, args.timeout, env,
                                        args.app_args.split())
             pid = proc.pid
         try:
+            if args.idle_wait:  # the start's one-off work (tour build, store encoding, landscape default) ends first
+                waited, busy = wait_idle(pid, args.idle_wait)
+                print(f"app idle after {waited:.0f} s" if not busy else
+                      f"app still busy after {waited:.0f} s ({busy:.1f} CPU s in the last 5 s): soaking anyway")
             out = soak(url, pid, samples, clients=args.clients, rounds=args.rounds, calls=args.calls,
                        serial=args.serial, k=args.k, new_sessions=args.new_sessions, settle=args.settle,
                        mix=args.mix, labelled=labelled, only=args.only, rss_samples=args.samples)

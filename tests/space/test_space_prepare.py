@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL_BOUND = {"compose", "soup_map", "soup_retrieve", "soup_retrieval", "soup_mixing", "soup_two_task",
                "soup_decay", "landscape", "generate_answer", "attribute", "attribution_precision", "benchmarks",
                "finetune", "primer_model", "primer_attention", "primer_complexity", "show_defaults",
-               "map_endpoint", "place_endpoint", "attribute_span", "attribute_whole_answer"}
+               "map_endpoint", "place_endpoint", "attribute_span", "attribute_whole_answer",
+               "block_walk", "block_walk_view", "opening"}  # the Primer's block walk (its default walk: "opening")
 # Handlers that do not touch the model: they stay in the server process, with no GPU to wait for.
 NOT_MODEL_BOUND = {"primer_lti", "primer_selective", "coffee_train", "coffee_ih0", "finetune_cancel", "rerender"}
 # ZeroGPU's supported versions (hub-docs docs/hub/spaces-zerogpu.md, "Supported Versions")

@@ -176,7 +176,7 @@ function layout() {  // one per walk (and diff setting): a step changes the data
   [5, 6, 7].forEach((k, i) => ax(k, e[i], DOM.E[1], 'n (state dim N)', i ? '' : unit, {y: {autorange: 'reversed', showticklabels: !i}}));
   ax(8, DOM.F[0], DOM.F[1], unit, '');
   const head = fam === 'Mamba2' ? `head ${w.head}` : `channels ${w.channels[0]}–${w.channels[1]}`;
-  [[0.1, 1, '1 · 8 residual stream (rows to own scale)'], [0.35, 1, `2 · in_proj, ${head}`], [0.64, 1, '3 · conv window'],
+  [[0.1, 1, '1 · 8 residual stream'], [0.35, 1, `2 · in_proj, ${head}`], [0.64, 1, '3 · conv window'],
     [0.9, 1, fam === 'Mamba2' ? '4 · decay a per head' : '4 · decay a (channel × n)'], [0.095, 0.36, '5 · a·h (kept)'],
     [0.34, 0.36, '+ Δ·x·Bᵀ (written)'], [0.585, 0.36, diff ? '= h − h(zeros)' : '= h (the new state)'],
     [0.885, 0.36, '6 · 7 read-out, gate']].forEach(([x, y, text]) => L.annotations.push({text, x, y, xref: 'paper',
