@@ -168,6 +168,36 @@ class ByteTokenizer:
         return list(text.encode())
 
 
+def perturb_(model, seed: int = 0):
+    """Random init leaves norms at 1, D at 1, biases at 0 and tiny logits: move every parameter (in place)
+    so that a parity or invariance test is not luck (logits of order 1). Returns the model."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("A_log", "dt_bias", "D")) or "norm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn(p.shape, generator=g))
+            else:
+                p.mul_(3.0)
+    return model
+
+
+def granite_rope_hybrid(vocab_size: int = 300):
+    """A tiny Granite-4.0-H with RoPE attention (2 Mamba-2 + 2 attention layers), perturbed: the hybrid
+    whose keys hold positions."""
+    import transformers  # only the hybrid tests need it
+
+    from picaso_core.engine.hybrid import HybridLanguageModel
+    from picaso_core.engine.hybrid_config import HybridConfig
+
+    cfg = transformers.GraniteMoeHybridConfig(
+        vocab_size=vocab_size, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8,
+        mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=8, num_hidden_layers=4,
+        layer_types=["mamba", "attention"] * 2, num_local_experts=0, shared_intermediate_size=96,
+        intermediate_size=32, position_embedding_type="rope", attention_multiplier=0.25)
+    torch.manual_seed(0)
+    return perturb_(HybridLanguageModel(HybridConfig.from_transformers(cfg.to_dict())).eval(), seed=1)
+
+
 def byte_model(seed: int = 0) -> SSMLanguageModel:
     """A random tiny Mamba-2 over bytes (vocabulary 256, ByteTokenizer): the store's tests' model."""
     torch.manual_seed(seed)

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from conftest import tiny_model
+from conftest import perturb_, tiny_model
 from picaso_core import ContextState
 from picaso_core.analysis.compose_cache import ComposeCache, state_nbytes
 from picaso_core.compose import compose, compose_tokens, mean_of_rotations, nested_token_states
@@ -66,15 +66,8 @@ def models():
             return made[kind, dtype]
         if kind not in made:
             torch.manual_seed(0)
-            model = HybridLanguageModel(HybridConfig.from_transformers(_config(kind).to_dict())).eval()
-            g = torch.Generator().manual_seed(1)
-            with torch.no_grad():
-                for name, p in model.named_parameters():
-                    if name.endswith(("A_log", "dt_bias", "D")) or "norm" in name or name.endswith("bias"):
-                        p.add_(0.3 * torch.randn(p.shape, generator=g))
-                    else:
-                        p.mul_(3.0)
-            made[kind] = model
+            made[kind] = perturb_(HybridLanguageModel(HybridConfig.from_transformers(_config(kind).to_dict())).eval(),
+                                  seed=1)
         return made[kind]
     yield get
     torch.set_num_threads(n)

@@ -9,12 +9,11 @@ tests/test_compose_hybrid.py: weights x 3, norms and biases perturbed, so that p
 """
 
 import pytest
+from conftest import granite_rope_hybrid
 import torch
 
 from picaso_core.analysis.evaluate import run_methods
 from picaso_core.compose import compose
-from picaso_core.engine.hybrid import HybridLanguageModel
-from picaso_core.engine.hybrid_config import HybridConfig
 from picaso_core.finetune.train import composed_states
 
 transformers = pytest.importorskip("transformers")
@@ -26,20 +25,7 @@ V = 300
 def rope_model():
     n = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model on a shared machine
-    cfg = transformers.GraniteMoeHybridConfig(
-        vocab_size=V, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8,
-        mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=8, num_hidden_layers=4,
-        layer_types=["mamba", "attention"] * 2, num_local_experts=0, shared_intermediate_size=96,
-        intermediate_size=32, position_embedding_type="rope", attention_multiplier=0.25)
-    torch.manual_seed(0)
-    model = HybridLanguageModel(HybridConfig.from_transformers(cfg.to_dict())).eval()
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("A_log", "dt_bias", "D")) or "norm" in name or name.endswith("bias"):
-                p.add_(0.3 * torch.randn(p.shape, generator=g))
-            else:
-                p.mul_(3.0)
+    model = granite_rope_hybrid(V)
     assert model.config.rope_theta is not None  # the point of the test: keys hold positions
     yield model
     torch.set_num_threads(n)

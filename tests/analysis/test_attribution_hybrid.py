@@ -12,13 +12,12 @@ import math
 
 import numpy as np
 import pytest
+from conftest import granite_rope_hybrid
 import torch
 
 from picaso_core.analysis.attribution import (STATE_METHODS, compose_subsets, leave_one_out_tokens, surrogate,
                                               token_nll)
 from picaso_core.compose import compose
-from picaso_core.engine.hybrid import HybridLanguageModel
-from picaso_core.engine.hybrid_config import HybridConfig
 
 transformers = pytest.importorskip("transformers")
 
@@ -29,20 +28,7 @@ V = 300
 def setup():
     n = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model on a shared machine
-    cfg = transformers.GraniteMoeHybridConfig(
-        vocab_size=V, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8,
-        mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=8, num_hidden_layers=4,
-        layer_types=["mamba", "attention"] * 2, num_local_experts=0, shared_intermediate_size=96,
-        intermediate_size=32, position_embedding_type="rope", attention_multiplier=0.25)
-    torch.manual_seed(0)
-    model = HybridLanguageModel(HybridConfig.from_transformers(cfg.to_dict())).eval()
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("A_log", "dt_bias", "D")) or "norm" in name or name.endswith("bias"):
-                p.add_(0.3 * torch.randn(p.shape, generator=g))
-            else:
-                p.mul_(3.0)
+    model = granite_rope_hybrid(V)
     g = torch.Generator().manual_seed(3)
     ids = [torch.randint(1, V, (n,), generator=g).tolist() for n in (8, 12, 5, 10)]
     query = torch.randint(1, V, (5,), generator=g).tolist()

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+from conftest import perturb_
 import torch
 
 from picaso_core import ContextState, load_model
@@ -48,18 +49,6 @@ FAMILIES = ["nemotron_h", "granite_rope_moe", "granite_nope_dense", "bamba", "fa
 HYBRIDS = ["nemotron_h", "granite_rope_moe", "granite_nope_dense", "bamba"]
 
 
-def _perturb(model):
-    """Random init leaves norms at 1, D at 1, biases at 0 and tiny logits: perturb everything so that
-    parity is not luck (every parameter moves, logits of order 1)."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("A_log", "dt_bias", "D")) or "norm" in name or name.endswith("bias"):
-                p.add_(0.3 * torch.randn(p.shape, generator=g))
-            else:
-                p.mul_(3.0)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny models on a shared 2-core machine: one thread is ~100x faster than many oversubscribed."""
@@ -77,7 +66,7 @@ def folders(tmp_path_factory, tokenizer_json):
         if family not in made:
             torch.manual_seed(0)
             hf = _hf(family)
-            _perturb(hf)
+            perturb_(hf)
             folder = tmp_path_factory.mktemp(family)
             hf.eval().save_pretrained(folder)
             shutil.copy(tokenizer_json, folder / "tokenizer.json")
