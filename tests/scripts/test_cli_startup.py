@@ -57,6 +57,7 @@ SCRIPT_BAD_VALUES = {
     "scripts/measure_tour.py": ("http://127.0.0.1:9 --shots 1,x", "--shots"),
     "scripts/screenshots.py": ("--colors 300", "--colors"),
     "scripts/train_demo.py": ("--warmup 0", "--warmup"),
+    "bench/ab_trees.py": ("--base HEAD --rounds 0 -- compose_speed.py", "--rounds"),
     "bench/app_latency.py": ("--concurrency 1,x", "--concurrency"),
     "bench/attribution_speed.py": ("--ablations 1", "--ablations"),
     "bench/burst.py": ("--burst 0", "--burst"),
