@@ -7,9 +7,11 @@ the engine's call sites: the module-level functions the mixer calls (`causal_con
 lock, as `picaso_core.lab.primer.capture_layers` does) and forward hooks on the mixer's own modules
 (its input, in_proj, dt_proj, the gated norm, out_proj). What the walk adds is display
 arithmetic on those recordings: the residual stream (the embedding plus each block's out, as the
-engine adds them), the state after every token (the scan returns only the last one; the recurrence
-h_t = exp(Δ_t A) h_{t-1} + Δ_t x_t B_tᵀ on the scan's own inputs gives each, checked against
-`encode_context` of every prefix by tests/lab/test_block_walk.py) and Mamba-1's skip y + D x.
+engine adds them), the decay exp(Δ A) of the recorded Δ and A, and Mamba-1's skip y + D x.
+The state after every token (the scan returns only the last one) is the engine's too: the text is
+read a second time through the engine's recurrent `model.step`, one token at a time from the same
+start, and each step's returned state is kept (equal to `encode_context` of every prefix:
+tests/lab/test_block_walk.py).
 
 Glossary (the Primer's): T tokens, D d_model, E d_inner, H heads, P head dim, N state size, G groups,
 K conv width. A Mamba-1 "head" here is a group of GROUP consecutive channels (each its own state [N]
@@ -147,21 +149,27 @@ def record(model, ids: Sequence[int], start: ContextState | None = None,
         o["h0"] = (torch.zeros_like(o["h_last"]) if h0 is None else
                    _f(h0[0]) if fam == "Mamba2" else _f(h0[0])[:, None])
         o["decay"] = torch.exp(o["dt"][..., None] * o["A"])  # [T, H, N]
-        if i in wanted:
-            o["h"] = states(o["x"], o["dt"], o["A"], o["B"], o["h0"])
         out.append(o)
+    for i, h in stepped_states(model, ids, start, sorted(wanted)).items():
+        out[i]["h"] = h if fam == "Mamba2" else h[:, :, None]  # Mamba-1 [T, E, N] -> [T, E, 1, N]
     return out
 
 
-def states(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, h0: Tensor) -> Tensor:
-    """The state after each token from the scan's inputs: h_t = exp(Δ_t A) h_{t-1} + Δ_t x_t B_tᵀ per head,
-    x [T, H, P], dt [T, H], A [H, N], B [T, H, N], h0 [H, P, N] -> [T, H, P, N] (float64 sums, float32 out)."""
-    h, out = h0.double(), []
-    for t in range(x.shape[0]):
-        a = torch.exp(dt[t, :, None].double() * A.double())  # [H, N]
-        h = a[:, None, :] * h + (dt[t, :, None, None].double() * x[t, :, :, None].double()) * B[t, :, None, :].double()
-        out.append(h.float())
-    return torch.stack(out)
+def stepped_states(model, ids: Tensor | Sequence[int], start: ContextState | None,
+                   layers: Sequence[int]) -> dict[int, Tensor]:
+    """The state of each of `layers` after every token of `ids`, as the engine's recurrent decode makes
+    it: `model.step` one token at a time from `start` (None: zeros), keeping each returned state's
+    SSM part. {layer: [T, H, P, N]} (Mamba-1 [T, E, N]), float32 on the CPU."""
+    keep: dict[int, list[Tensor]] = {i: [] for i in layers}
+    if not keep:
+        return {}
+    st = start
+    with torch.no_grad():
+        for tok in torch.as_tensor(list(ids), dtype=torch.long):
+            _, st = model.step(tok[None].to(model.device), st)
+            for i in keep:
+                keep[i].append(_f(st.ssm[0, i]))
+    return {i: torch.stack(hs) for i, hs in keep.items()}
 
 
 # ---- the UI's walk: one layer and head, every token, packed for the browser ----------------------

@@ -187,6 +187,11 @@ def render(res: Resources) -> list[PageLoad]:
                             label="walk head" if cfg.family == "Mamba2" else f"walk channels (groups of {lab.GROUP})")
         run = gr.Button("Walk", variant="primary", elem_id="walk-run", scale=0, min_width=100,
                         interactive=not res.hybrid)
+    # where the walk is (token, stage) lives in the page; these hidden twins carry it in a link
+    # (tour.links.PAGE_HELD: Copy link reads the page's, primer_block_js applies a restored link's)
+    gr.Number(0, precision=0, minimum=0, maximum=budget.CAPS[VIEW].most - 1, visible=False, label="walk token",
+              elem_id="walk-token")
+    gr.Dropdown(list(lab.STAGES), value="state", visible=False, label="walk stage", elem_id="walk-stage")
     md = gr.Markdown(label="Walk summary", elem_id="walk-md")
     walk = gr.HTML(None, label="Block walk", html_template=TEMPLATE, css_template=CSS, js_on_load=JS,
                    elem_id="primer-walk", min_height=480)

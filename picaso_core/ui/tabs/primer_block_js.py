@@ -230,7 +230,8 @@ function draw() {
   S.layout.datarevision += 1;
   Promise.resolve(P.react(gd, tr.out, S.layout, {displaylogo: false, responsive: true})).then(() => {
     highlight(gd, s);
-    Object.assign(gd.dataset, {token: t, stage: s, layer: S.w.layer, head: S.w.head, start: S.w.start || 'zeros'});
+    Object.assign(gd.dataset, {token: t, stage: s, stageName: STAGES[S.w.family][s][0], layer: S.w.layer,
+      head: S.w.head, start: S.w.start || 'zeros'});
     if (t0 !== null) window.__bwTimes.push(performance.now() - t0);
   });
 }
@@ -254,10 +255,28 @@ $('bw-pause').addEventListener('click', stop);
 $('bw-pace').addEventListener('change', () => { if (S.timer) play(); });
 $('bw-token').addEventListener('input', (e) => { stop(); S.t = Number(e.target.value); S.t0 = performance.now(); draw(); });
 $('bw-diff').addEventListener('change', () => { S.layout = null; S.t0 = performance.now(); draw(); });
+// a link's token and stage (?tab=primer&walk_token=5&walk_stage=state, tour.links.PAGE_HELD): shown by the
+// first walk the link draws (not the page's default one); a bad value is left out (the server said so)
+S.pending = (() => {
+  const q = new URLSearchParams(location.search), t = Number(q.get('walk_token')), s = q.get('walk_stage');
+  if (q.get('tab') !== 'primer' || (q.get('walk_token') === null && s === null)) return null;
+  return {t: Number.isInteger(t) && t >= 0 ? t : null, s};
+})();
 const fresh = () => {
   const v = props.value;  // the page's default walk never replaces one already walked (a link's, a click's)
   if (v && v.opening && S.w && S.w.h && !S.w.opening) return;
-  stop(); load(v); if (S.w && S.w.h) { S.s = 4; draw(); }
+  // the same text again (another layer, head or start): the walk stays at its token and stage
+  const same = S.w && S.w.h && v && v.h && v.T === S.w.T && JSON.stringify(v.tokens) === JSON.stringify(S.w.tokens);
+  const was = [S.t, S.s];
+  stop(); load(v);
+  if (!(S.w && S.w.h)) return;
+  if (S.pending && !v.opening) {
+    const p = S.pending, s = STAGES[S.w.family].findIndex((x) => x[0] === p.s);
+    S.pending = null;
+    S.t = p.t === null ? 0 : Math.min(p.t, S.w.T - 1); S.s = s < 0 ? 4 : s;
+  } else if (same) [S.t, S.s] = was;
+  else S.s = 4;
+  draw();
 };
 watch('value', fresh);
 fresh();

@@ -28,7 +28,8 @@ from picaso_core.ui.tabs import compose as compose_tab
 from picaso_core.ui.tour import cache as tour
 from picaso_core.ui.tour.downloads import _export_choices, export_files, render_exports  # noqa: F401  (the exports)
 from picaso_core.ui.tour.downloads import routes as download_routes  # noqa: F401  (app.py: the download route)
-from picaso_core.ui.tour.links import FROM_EXAMPLE, PAGE_PARAMS, TABS, coerce, find, link_query, press_target, raw_value
+from picaso_core.ui.tour.links import (FROM_EXAMPLE, PAGE_PARAMS, TABS, coerce, copy_inputs_js, find, link_query,
+                                      press_target, raw_value)
 from picaso_core.ui.tour.runs import resolve
 
 N_FIGS = 2  # figures a step shows side by side
@@ -339,7 +340,9 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
         return ready(ui.link, copy_link(res, key, [n for n, _ in mine], *[v for _, v in mine]))
 
     # the page's raw values, checked by raw_value (preprocess=False)
-    ui.copy.click(copy, [ui.current, *(c for _, _, c in flat)], ui.link, preprocess=False, **ev).then(
+    # (the page-held inputs, e.g. the block walk's token and stage, are read from their view by the js)
+    ui.copy.click(copy, [ui.current, *(c for _, _, c in flat)], ui.link, preprocess=False,
+                  js=copy_inputs_js([n for _, n, _ in flat]), **ev).then(
         None, ui.link, ui.link, js=COPY_JS)
 
     def restore(request: gr.Request):

@@ -8,6 +8,7 @@ step N. The tabs are not edited for this: each input is found in its tab by elem
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
@@ -46,7 +47,8 @@ TABS: dict[str, TabLinks] = {
     "primer": TabLinks("Primer", {
         "magnitude": "primer-magnitude", "phase": "primer-phase", "selectivity": "primer-selectivity",
         "text": "primer-text", "walk_text": "walk-text", "walk_layer": "walk-layer", "walk_head": "walk-head",
-        "walk_start": "walk-start"}, "walk-run", "primer-walk"),  # a link walks its block (one forward)
+        "walk_start": "walk-start", "walk_token": "walk-token", "walk_stage": "walk-stage"},
+        "walk-run", "primer-walk"),  # a link walks its block (one forward), then shows its token and stage
     "coffee": TabLinks("COFFEE lab", {"task": "coffee-task", "steps": "coffee-steps", "seconds": "coffee-seconds"}),
 }
 # Inputs an example fills in: a link names the example alone when they are still the example's own.
@@ -55,6 +57,21 @@ FROM_EXAMPLE = {"compose": ("query", "continuation"), "attribution": ("query", "
 
 # query parameters of the page itself, not of a tab: the theme (Gradio's) and talk mode (layout.JS)
 PAGE_PARAMS = ("__theme", "talk")
+# Inputs whose current value lives in the page, not in their (hidden) component: where a view's
+# script keeps it (element id, data attribute, number or text). Copy link reads them there; a restored
+# link's value reaches the view's script through the address (primer_block_js reads walk_token and
+# walk_stage once, for the first walk the link draws). The block walk's token and stage: the walk is
+# stepped in the page with no server event, so only the page knows where it is.
+PAGE_HELD = {"walk_token": ("bw-plot", "token", "number"), "walk_stage": ("bw-plot", "stageName", "text")}
+
+
+def copy_inputs_js(names: list[str]) -> str:
+    """The Copy link event's js: the page's values of `names` (the event's inputs after the tab key),
+    with each PAGE_HELD input replaced by what its view shows now (left as is where the view is not drawn)."""
+    held = [[i + 1, *PAGE_HELD[n]] for i, n in enumerate(names) if n in PAGE_HELD]
+    return ("(...v) => { for (const [i, id, key, kind] of " + json.dumps(held) + ") {"
+            " const el = document.getElementById(id), x = el && el.dataset[key];"
+            " if (x !== undefined && x !== '') v[i] = kind === 'number' ? Number(x) : x; } return v; }")
 
 
 def press_target(key: str) -> str:

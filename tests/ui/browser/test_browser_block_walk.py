@@ -2,7 +2,7 @@
 1280x720 in the dark theme with Large text, Play walks three tokens in the page and the state heatmap
 changes with each; a Step click draws its stage from the numbers already in the page (the time is
 measured in the page, click to drawn); the composed start and its difference to zeros; a link restores
-the walk's layer and head; /block_walk answers plain data and refuses bad input in one line each, with
+the walk's layer, head, token and stage, and Copy link carries the token and stage shown; /block_walk answers plain data and refuses bad input in one line each, with
 no traceback in the server's log. Leaves a screenshot at $PICASO_SCREENSHOT_BLOCK_WALK (default:
 <tmp>/picaso_block_walk.png; docs/img/primer-block-walk-1280.png is one)."""
 
@@ -110,14 +110,31 @@ def test_play_three_tokens_and_step_at_1280x720(browser, walk_app):
 def test_composed_start_difference_and_link(browser, walk_app):
     from selenium.webdriver.common.by import By
 
-    _open_walk(browser, walk_app + "?tab=primer&walk_layer=2&walk_head=3")
-    _wait(browser, lambda d: d.execute_script("const g = document.getElementById('bw-plot'); "
-                                              "return g.dataset.layer === '2' && g.dataset.head === '3'"), 60)
+    # a link restores the walk's layer and head, and its token and stage (kept in the page, not the server)
+    _open_walk(browser, walk_app + "?tab=primer&walk_layer=2&walk_head=3&walk_token=4&walk_stage=dt")
+    _wait(browser, lambda d: d.execute_script("const g = document.getElementById('bw-plot'); return g.dataset.layer"
+                                              " === '2' && g.dataset.head === '3' && g.dataset.token === '4'"), 60)
+    assert browser.execute_script("return document.getElementById('bw-plot').dataset.stageName") == "dt"
+    assert "Token 5 of" in browser.find_element(By.ID, "bw-caption").text
+    # Copy link carries where the walk is now: two stages on, token 4's read-out
+    for _ in range(2):
+        browser.find_element(By.ID, "bw-step").click()
+    _wait(browser, lambda d: d.execute_script("return document.getElementById('bw-plot').dataset.stageName") == "readout")
+    browser.find_element(By.ID, "copy-link").click()
+    _wait(browser, lambda d: "walk_stage=readout" in d.execute_script(
+        "return document.querySelector('#copy-link-url textarea, #copy-link-url input').value"), 30)
+    link = browser.execute_script("return document.querySelector('#copy-link-url textarea, #copy-link-url input').value")
+    assert "tab=primer" in link and "walk_token=4" in link and "walk_layer=2" in link and "walk_head=3" in link, link
+    browser.find_element(By.ID, "bw-back").click()  # back to the state update, where the walk stays below
+    _wait(browser, lambda d: d.execute_script("return document.getElementById('bw-plot').dataset.stageName") == "state")
     assert not browser.find_element(By.ID, "bw-diff").is_enabled()  # from zeros: nothing to compare with
     radio = browser.find_element(By.CSS_SELECTOR, "#walk-start input[value=composed]")
     browser.execute_script("arguments[0].click()", radio)
     _wait(browser, lambda d: d.execute_script("return document.getElementById('bw-plot').dataset.start") == "composed", 60)
     assert "PICASO-R" in browser.find_element(By.ID, "walk-md").text
+    # another start for the same text: the walk stays at its token and stage
+    assert browser.execute_script("const g = document.getElementById('bw-plot'); return [g.dataset.token, "
+                                  "g.dataset.stageName]") == ["4", "state"]
     diff = browser.find_element(By.ID, "bw-diff")
     assert diff.is_enabled()
     diff.click()

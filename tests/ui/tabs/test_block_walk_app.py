@@ -82,3 +82,26 @@ def test_the_tours_step_says_what_its_numbers_show(res):
     assert "stays about the same" in runs.block_walk_text({**base, "norm_last": 1.05})
     assert f["layer_numbers"] * res.model.config.n_layer <= f["model_numbers"]
     assert len(view.figures) == 1 and len(view.figures[0].data) == len({0, (f["tokens"] - 1) // 2, f["tokens"] - 1})
+
+
+def test_a_link_carries_the_walks_token_and_stage(res):
+    """The token and stage live in the page: hidden twins carry them in a link, checked like any input,
+    and Copy link's js reads them from the walk's figure (tour.links.PAGE_HELD)."""
+    from picaso_core.ui.tour.controls import copy_link, parse_link
+    from picaso_core.ui.tour.links import copy_inputs_js, find
+
+    with gr.Blocks() as demo, gr.Tab("Primer") as tab:
+        PB.render(res)
+    assert demo is not None
+    comps = {"primer": find(tab, "primer")}
+    assert {"walk_token", "walk_stage"} <= set(comps["primer"])
+    _, key, values, problems = parse_link({"tab": "primer", "walk_token": "3", "walk_stage": "readout"}, comps)
+    assert (key, problems) == ("primer", []) and values == {"walk_token": 3, "walk_stage": "readout"}
+    cap = budget.CAPS[PB.VIEW].most
+    _, _, values, problems = parse_link({"tab": "primer", "walk_token": str(cap), "walk_stage": "nowhere"}, comps)
+    assert values == {} and len(problems) == 2 and "walk_token" in problems[0] and "walk_stage" in problems[1]
+    q = copy_link(res, "primer", ["walk_text", "walk_token", "walk_stage"], TEXT, 3, "readout")
+    assert "walk_token=3" in q and "walk_stage=readout" in q
+    js = copy_inputs_js(["walk_text", "walk_layer", "walk_token", "walk_stage"])
+    assert '[3, "bw-plot", "token", "number"]' in js and '[4, "bw-plot", "stageName", "text"]' in js
+    assert set(lab.STAGES) == {"norm", "in_proj", "conv", "dt", "state", "readout", "gate", "out"}
