@@ -9,7 +9,9 @@ in the order the method sees them. Many methods ignore some of that order, and s
     sequence  concat, caso          order-dependent: keyed by the ordered ids
 
 A PICASO-R state is not invariant to every permutation (a non-cyclic shuffle changes it by O(1)),
-so it shares the rotation key, not the set key. To serve exactly what a fresh composition gives,
+so it shares the rotation key, not the set key. On a hybrid whose attention uses RoPE, every method's
+composed keys sit at their offsets in the joined sequence (compose's rope="joined"), so the order
+matters to all of them: `cached_states` keys every method by sequence there (`keying="sequence"`). To serve exactly what a fresh composition gives,
 `ComposeCache.state` composes a miss in the key's canonical order (ids sorted, or rotated to the
 smallest): the same set or rotation in any order then gets bitwise the same state, cached or not.
 The model's and the store's fingerprints are part of every key.
@@ -38,12 +40,17 @@ DEFAULT_BUDGET = 256 << 20  # bytes: ~140 demo-sized composed states
 _FORGET = 100_000  # keys remembered for the miss reasons (a few hundred bytes each)
 
 
-def canonical(method: str, ids: Sequence[str]) -> tuple[str, ...]:
-    """The ids in the order `method`'s key (and its cached composition) uses."""
+def canonical(method: str, ids: Sequence[str], keying: str | None = None) -> tuple[str, ...]:
+    """The ids in the order `method`'s key (and its cached composition) uses; `keying` ("set",
+    "rotation", "sequence") overrides the method's own (KEYING)."""
     ids = tuple(ids)
     how = KEYING.get(method)
     if how is None:
         raise ValueError(f"method {method!r} is not cached; cached methods: {', '.join(KEYING)}")
+    if keying is not None:
+        if keying not in NEW:
+            raise ValueError(f"keying={keying!r}: valid values are {tuple(NEW)}")
+        how = keying
     if not ids:
         return ids
     if how == "set":
@@ -119,13 +126,16 @@ class ComposeCache:
 
     # ---- the one entry point ---------------------------------------------------------------
     def state(self, method: str, ids: Sequence[str], states: Sequence, compose: Callable[[list, list], object],
-              *, model_fp: str, store_fp: str):
+              *, model_fp: str, store_fp: str, keying: str | None = None):
         """(the composed state of `ids`, Lookup). `states` are the stored states of `ids` in the
-        same order; `compose(ids, states)` builds the state for ids given in canonical order."""
+        same order; `compose(ids, states)` builds the state for ids given in canonical order.
+        `keying`: see `canonical` (None: the method's own)."""
         if len(states) != len(ids):
             raise ValueError(f"{len(states)} states for {len(ids)} ids")
-        order = canonical(method, ids)
+        order = canonical(method, ids, keying)
         key = (model_fp, store_fp, method, order)
+        if keying is not None and keying != KEYING[method]:  # another keying: another key space
+            key = (model_fp, store_fp, method, order, keying)
         t0 = time.perf_counter()
         with self._lock:
             entry = self._entries.get(key)
@@ -177,7 +187,7 @@ class ComposeCache:
         last = self._fingerprints.get(key[2:])
         if last is not None and last != key[:2]:
             return "fingerprint changed"
-        return NEW[KEYING[key[2]]]
+        return NEW[key[4] if len(key) > 4 else KEYING[key[2]]]
 
     def _put(self, key: tuple, state, seconds: float) -> bool:
         nbytes = state_nbytes(state)
@@ -250,12 +260,16 @@ def cached_states(cache: ComposeCache, model, methods: Sequence[str], ids: Seque
     the call that missed)."""
     tokens = dict(zip(ids, context_ids))
     built, looked = {}, {}
+    from picaso_core.compose_attention import rotary  # torch: imported on use (settings reads this module)
+
+    # a RoPE hybrid's composed keys sit at their offsets in the joined order: no method is order-free there
+    keying = "sequence" if rotary(model) is not None else None
     for m in methods:
         if m not in KEYING or not ids:
             continue
         built[m], looked[m] = cache.state(
             m, ids, context_states, lambda order, sts, m=m: _build_state(model, m, [tokens[c] for c in order], sts, threads),
-            model_fp=model_fp, store_fp=store_fp)
+            model_fp=model_fp, store_fp=store_fp, keying=keying)
     return built, looked
 
 

@@ -145,3 +145,30 @@ def test_bad_input():
         ComposeCache(budget=-1)
     with pytest.raises(ValueError, match="2 states for 1 ids"):
         ComposeCache().state("soup", ["a"], [1, 2], lambda i, s: None, model_fp="m", store_fp="s")
+
+
+def test_a_rope_hybrid_keys_every_method_by_order():
+    """On a RoPE hybrid the composed keys sit at their offsets in the joined order, so a shuffle must not
+    hit an order-free key: every method's cached state equals a fresh composition in the given order."""
+    from tests.conftest import granite_rope_hybrid
+
+    model = granite_rope_hybrid()
+    g = torch.Generator().manual_seed(1)
+    ids = ["a", "b", "c"]
+    tokens = {c: torch.randint(0, 50, (4 + i,), generator=g).tolist() for i, c in enumerate(ids)}
+    states = dict(zip(ids, (model.encode_context(tokens[c]) for c in ids)))
+    cache, methods = ComposeCache(), ("soup", "picaso_s", "picaso_r")
+
+    def through(order):
+        return cached_states(cache, model, methods, order, [tokens[c] for c in order], [states[c] for c in order],
+                             model_fp="m", store_fp="s")
+
+    through(["a", "b", "c"])
+    built, looked = through(["c", "a", "b"])  # a rotation (and a permutation) of the first order
+    assert not any(lk.hit for lk in looked.values()) and {lk.reason for lk in looked.values()} == {"new order"}
+    for m in methods:
+        fresh = _build_state(model, m, [tokens[c] for c in ("c", "a", "b")], [states[c] for c in ("c", "a", "b")])
+        assert torch.equal(built[m].keys, fresh.keys) and torch.equal(built[m].ssm, fresh.ssm), m
+    assert all(lk.hit for lk in through(["c", "a", "b"])[1].values())  # the same order again: a hit
+    with pytest.raises(ValueError, match="keying"):
+        canonical("soup", ["a"], keying="bag")
