@@ -7,11 +7,12 @@ the engine's call sites: the module-level functions the mixer calls (`causal_con
 lock, as `picaso_core.lab.primer.capture_layers` does) and forward hooks on the mixer's own modules
 (its input, in_proj, dt_proj, the gated norm, out_proj). What the walk adds is display
 arithmetic on those recordings: the residual stream (the embedding plus each block's out, as the
-engine adds them), the decay exp(Δ A) of the recorded Δ and A, and Mamba-1's skip y + D x.
-The state after every token (the scan returns only the last one) is the engine's too: the text is
-read a second time through the engine's recurrent `model.step`, one token at a time from the same
-start, and each step's returned state is kept (equal to `encode_context` of every prefix:
-tests/lab/test_block_walk.py).
+engine adds them) and the decay exp(Δ A) of the recorded Δ and A. The state after every token (the
+scan returns only the last one) and Mamba-1's read-out with its skip y + D x (its forward adds the
+skip inline) are the engine's too: the text is read a second time through the engine's recurrent
+`model.step`, one token at a time from the same start, keeping each step's returned state and what
+each layer's `state_update` returned (equal to `encode_context` of every prefix, and to the scan's
+read-out: tests/lab/test_block_walk.py).
 
 Glossary (the Primer's): T tokens, D d_model, E d_inner, H heads, P head dim, N state size, G groups,
 K conv width. A Mamba-1 "head" here is a group of GROUP consecutive channels (each its own state [N]
@@ -145,31 +146,51 @@ def record(model, ids: Sequence[int], start: ContextState | None = None,
             o.update(x=x[0].T[..., None], dt=dt[0].T, A=A, B=B[0].T[:, None].expand(-1, E, -1).clone(),
                      C=C[0].T[:, None].expand(-1, E, -1).clone(), y_scan=_f(y_scan[0]).T[..., None],
                      z=o["in_proj"][:, E:], dt_raw=_f(L["dt_proj"][1][0]), D=Dp, h_last=_f(h_last[0])[:, None])
-            o["y"] = o["y_scan"] + o["x"] * Dp[:, None]  # the skip, as Mamba1Mixer adds it before the gate
         o["h0"] = (torch.zeros_like(o["h_last"]) if h0 is None else
                    _f(h0[0]) if fam == "Mamba2" else _f(h0[0])[:, None])
         o["decay"] = torch.exp(o["dt"][..., None] * o["A"])  # [T, H, N]
         out.append(o)
-    for i, h in stepped_states(model, ids, start, sorted(wanted)).items():
-        out[i]["h"] = h if fam == "Mamba2" else h[:, :, None]  # Mamba-1 [T, E, N] -> [T, E, 1, N]
+    order = sorted(wanted)
+    h, y = stepped(model, ids, start, order)
+    for j, i in enumerate(order):
+        out[i]["h"] = h[:, j] if fam == "Mamba2" else h[:, j, :, None]  # Mamba-1 [T, E, N] -> [T, E, 1, N]
+    if fam == "Mamba1":  # the read-out with its skip, as the step's state_update returned it (before the gate)
+        for i, o in enumerate(out):
+            o["y"] = y[:, i, :, None]
     return out
 
 
-def stepped_states(model, ids: Tensor | Sequence[int], start: ContextState | None,
-                   layers: Sequence[int]) -> dict[int, Tensor]:
-    """The state of each of `layers` after every token of `ids`, as the engine's recurrent decode makes
-    it: `model.step` one token at a time from `start` (None: zeros), keeping each returned state's
-    SSM part. {layer: [T, H, P, N]} (Mamba-1 [T, E, N]), float32 on the CPU."""
-    keep: dict[int, list[Tensor]] = {i: [] for i in layers}
-    if not keep:
-        return {}
-    st = start
-    with torch.no_grad():
-        for tok in torch.as_tensor(list(ids), dtype=torch.long):
-            _, st = model.step(tok[None].to(model.device), st)
-            for i in keep:
-                keep[i].append(_f(st.ssm[0, i]))
-    return {i: torch.stack(hs) for i, hs in keep.items()}
+def stepped(model, ids: Tensor | Sequence[int], start: ContextState | None,
+            layers: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """The states of `layers` after every token of `ids`, and every layer's read-out, as the engine's
+    recurrent decode makes them: `model.step` one token at a time from `start` (None: zeros), keeping
+    each returned state's SSM part and what each layer's `state_update` call returned (y = C·h + D·x,
+    the engine's call site, wrapped for this thread under the Primer's lock). Returns
+    h [T, len(layers), H, P, N] (Mamba-1 [T, len(layers), E, N]; a state is large: 48 tokens of every
+    layer of a Mamba-2 370m are 2.4 GB) and y [T, L, H, P] (Mamba-1 [T, L, E]), float32 CPU."""
+    layers = list(layers)
+    me, ys = threading.get_ident(), []
+    fn = engine.state_update
+
+    def call(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if threading.get_ident() == me:
+            ys.append(_f(out[0]))  # one row; the layers are called in order, once per token
+        return out
+
+    hs, st = [], start
+    with torch.no_grad(), _capture_lock:
+        engine.state_update = call
+        try:
+            for tok in torch.as_tensor(list(ids), dtype=torch.long):
+                _, st = model.step(tok[None].to(model.device), st)
+                hs.append(_f(st.ssm[0, layers]))
+        finally:
+            engine.state_update = fn
+    L = model.config.n_layer
+    if len(ys) != L * len(hs):
+        raise RuntimeError(f"recorded {len(ys)} read-outs for {len(hs)} tokens x {L} layers")
+    return torch.stack(hs), torch.stack(ys).unflatten(0, (len(hs), L))
 
 
 # ---- the UI's walk: one layer and head, every token, packed for the browser ----------------------

@@ -61,6 +61,7 @@ def test_every_stage_is_the_engines_number(family):
         _close(r["h"][-1], r["h_last"])  # the recurrence's last state is the scan's own
         # the read-out from the walk's states: y = h·C (+ D x) is what the scan (and the skip) gave
         _close(torch.einsum("thpn,thn->thp", r["h"], r["C"]), r["y_scan"], 1e-4)
+        _close(r["y"], r["y_scan"] + r["x"] * r["D"][None, :, None], 1e-4)  # the skip: y = h·C + D x
         # in_proj's output is the parts the walk shows, in the engine's order
         parts = [r["z"], r["pre"], r["dt_raw"]] if family == "Mamba2" else [r["pre"], r["z"]]
         _close(torch.cat(parts, -1), r["in_proj"])
