@@ -8,9 +8,10 @@ demo-hybrid's Mamba-2 layers have the demo model's shapes (train_demo.hybrid_con
 blocks, embedding, final norm and (untied) head start as the demo model's, and the blocks the demo model
 lacks (the attention layer and the MLPs) start with a zero output projection: each adds nothing to the
 residual stream, so the grafted model computes exactly the demo model's function (checked here, logits
-equal to float rounding) and training only has to teach the new blocks what to add. Training the
-whole hybrid from random weights needs the demo model's hour on an idle machine; the graft reaches a
-working model in a fraction of it (the card says which recipe made the shipped folder).
+equal to float rounding) and training only has to teach the new blocks what to add: a warm start for
+experiments on the layout in minutes. The shipped demo-hybrid is not made this way: it is trained from
+random weights with the demo model's recipe (`python scripts/train_demo.py --arch hybrid --save-dtype
+bfloat16`, the demo model's hour on 2 idle cores; its card and docs/hybrid.md).
 """
 
 from __future__ import annotations

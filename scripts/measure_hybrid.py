@@ -152,13 +152,19 @@ def figure(runs, sums, ks):
     import plotly.graph_objects as go  # only for the figure
 
     fig = go.Figure()
-    dash = {False: "solid", True: "dash"}
+    # one colour per method on both models (solid: the pure model, dashed: the hybrid); the ablation is
+    # PICASO-R's colour, dotted, so that the gap to PICASO-R is what the attention layers carry
+    colour = {"none": "#6b7280", "concat": "#dc2626", "caso": "#f59e0b", "picaso_r": "#16a34a",
+              "picconcat_r": "#7c3aed", ABLATION: "#16a34a"}
     for run, s in zip(runs, sums):
-        for m in ("none", "concat", "picaso_r", "picconcat_r", ABLATION):
+        for m in ("none", "concat", "caso", "picaso_r", "picconcat_r", ABLATION):
             if m in s["loss"]:
                 xs = [k for k in ks if k in s["loss"][m]]
+                dash = "dot" if m == ABLATION else "dash" if run["hybrid"] else "solid"
                 fig.add_trace(go.Scatter(x=xs, y=[s["loss"][m][k] for k in xs], mode="lines+markers",
-                                         name=f"{run['model']}: {NAMES[m]}", line=dict(dash=dash[run["hybrid"]])))
+                                         name=f"{run['model']}: {NAMES[m]}", line=dict(dash=dash, color=colour[m],
+                                                                                       width=2.5),
+                                         marker=dict(symbol="circle" if not run["hybrid"] else "diamond", size=8)))
     fig.update_layout(title="Loss vs number of contexts k: demo (solid) and demo-hybrid (dashed)",
                       xaxis_title="k (retrieved contexts, most relevant last)", yaxis_title="loss (nats per token)",
                       width=1000, height=560, font=dict(size=15), template="plotly_white")

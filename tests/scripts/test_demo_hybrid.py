@@ -68,11 +68,14 @@ def test_config_is_a_position_free_nemotron_h_with_one_attention_layer_in_four_o
     mixing = cfg.n_attn_layers + cfg.n_ssm_layers
     assert cfg.n_attn_layers >= 1 and 4 <= mixing / cfg.n_attn_layers <= 5
     assert "mlp" in cfg.layer_types  # Nemotron-H's MLP blocks
-    # the shipped folder is what the recipe builds: hybrid_config(...) as written, with the graft's one change
-    # (scripts/graft_demo_hybrid.py: Δ unclamped, as in the demo model whose Mamba-2 blocks it starts from)
+    # the shipped folder is what the recipe builds (scripts/train_demo.py --arch hybrid): hybrid_config(...) as written
     shipped = json.loads((FOLDER / "config.json").read_text())
-    assert shipped == {**train_demo.hybrid_config(model.tokenizer.vocab_size, model.tokenizer.eos_id),
-                       "time_step_min": 0.0}
+    assert shipped == train_demo.hybrid_config(model.tokenizer.vocab_size, model.tokenizer.eos_id)
+    log = json.loads((FOLDER / "train_log.json").read_text())
+    assert log["args"]["arch"] == "hybrid" and log["args"]["init"] is None  # from random weights, not a warm start
+    demo = json.loads((ROOT / "assets" / "demo_model" / "train_log.json").read_text())["args"]
+    recipe = ("minutes", "batch", "seq_len", "lr", "warmup", "seed", "key_len", "init_scheme", "mix", "copy_drills")
+    assert {k: log["args"][k] for k in recipe} == {k: demo[k] for k in recipe}  # the demo model's recipe
     assert 2e6 < sum(p.numel() for p in model.parameters()) < 10e6  # a few million parameters
 
 
