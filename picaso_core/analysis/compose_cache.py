@@ -11,9 +11,10 @@ in the order the method sees them. Many methods ignore some of that order, and s
 A PICASO-R state is not invariant to every permutation (a non-cyclic shuffle changes it by O(1)),
 so it shares the rotation key, not the set key. On a hybrid whose attention uses RoPE, every method's
 composed keys sit at their offsets in the joined sequence (compose's rope="joined"), so the order
-matters to all of them: `cached_states` keys every method by sequence there (`keying="sequence"`). To serve exactly what a fresh composition gives,
-`ComposeCache.state` composes a miss in the key's canonical order (ids sorted, or rotated to the
-smallest): the same set or rotation in any order then gets bitwise the same state, cached or not.
+matters to all of them: `cached_states` keys every method by sequence there (`keying="sequence"`).
+To serve exactly what a fresh composition gives, `ComposeCache.state` composes a miss in the key's
+canonical order (ids sorted, or rotated to the smallest): the same set or rotation in any order then
+gets bitwise the same state, cached or not.
 The model's and the store's fingerprints are part of every key.
 
 The byte budget is shared by all methods. Each entry remembers the seconds its composition took;

@@ -2,8 +2,8 @@
 1280x720 in the dark theme with Large text, Play walks three tokens in the page and the state heatmap
 changes with each; a Step click draws its stage from the numbers already in the page (the time is
 measured in the page, click to drawn); the composed start and its difference to zeros; a link restores
-the walk's layer, head, token and stage, and Copy link carries the token and stage shown; /block_walk answers plain data and refuses bad input in one line each, with
-no traceback in the server's log. Leaves a screenshot at $PICASO_SCREENSHOT_BLOCK_WALK (default:
+the walk's layer, head, token and stage, and Copy link carries the token and stage shown; /block_walk
+answers plain data and refuses bad input in one line each, with no traceback in the server's log. Leaves a screenshot at $PICASO_SCREENSHOT_BLOCK_WALK (default:
 <tmp>/picaso_block_walk.png; docs/img/primer-block-walk-1280.png is one)."""
 
 from __future__ import annotations
@@ -119,14 +119,15 @@ def test_composed_start_difference_and_link(browser, walk_app):
     # Copy link carries where the walk is now: two stages on, token 4's read-out
     for _ in range(2):
         browser.find_element(By.ID, "bw-step").click()
-    _wait(browser, lambda d: d.execute_script("return document.getElementById('bw-plot').dataset.stageName") == "readout")
+    stage = "return document.getElementById('bw-plot').dataset.stageName"
+    _wait(browser, lambda d: d.execute_script(stage) == "readout")
     browser.find_element(By.ID, "copy-link").click()
-    _wait(browser, lambda d: "walk_stage=readout" in d.execute_script(
-        "return document.querySelector('#copy-link-url textarea, #copy-link-url input').value"), 30)
-    link = browser.execute_script("return document.querySelector('#copy-link-url textarea, #copy-link-url input').value")
+    url = "return document.querySelector('#copy-link-url textarea, #copy-link-url input').value"
+    _wait(browser, lambda d: "walk_stage=readout" in d.execute_script(url), 30)
+    link = browser.execute_script(url)
     assert "tab=primer" in link and "walk_token=4" in link and "walk_layer=2" in link and "walk_head=3" in link, link
     browser.find_element(By.ID, "bw-back").click()  # back to the state update, where the walk stays below
-    _wait(browser, lambda d: d.execute_script("return document.getElementById('bw-plot').dataset.stageName") == "state")
+    _wait(browser, lambda d: d.execute_script(stage) == "state")
     assert not browser.find_element(By.ID, "bw-diff").is_enabled()  # from zeros: nothing to compare with
     radio = browser.find_element(By.CSS_SELECTOR, "#walk-start input[value=composed]")
     browser.execute_script("arguments[0].click()", radio)
