@@ -333,6 +333,69 @@ def corpus_args(name: str, folder: Path) -> tuple[str | None, str | None]:
 
 
 # ---- starting and stopping the app -----------------------------------------------------------------
+def tiny_nemotron_h_dir(folder: Path, pattern: str) -> Path:
+    """A random tiny Nemotron-H in transformers' layout (Mamba-2 M, attention *, MLP -, `pattern`) saved
+    to `folder` with the demo tokenizer, its vocabulary sized to it: the app serving a hybrid."""
+    import transformers  # only the hybrid tests need it
+    from tokenizers import Tokenizer
+
+    tok = ROOT / "assets" / "tokenizer.json"
+    torch.manual_seed(0)
+    cfg = transformers.NemotronHConfig(
+        vocab_size=Tokenizer.from_file(str(tok)).get_vocab_size(), hidden_size=64, num_attention_heads=4,
+        num_key_value_heads=2, hybrid_override_pattern=pattern, head_dim=16, intermediate_size=96,
+        mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=8, chunk_size=8)
+    transformers.NemotronHForCausalLM(cfg).eval().save_pretrained(folder)
+    shutil.copy(tok, Path(folder) / "tokenizer.json")
+    return Path(folder)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models on a shared 2-core machine: one torch thread (many oversubscribed ones are far slower),
+    restored after the module."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def script_module(name: str, register: bool = False):
+    """scripts/<name>.py imported as a module (scripts/ is not a package); `register`: also under `name` in
+    sys.modules (a dataclass defined in the script looks its module up there)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def api_call(url: str, api_name: str, data, timeout: float = 60) -> tuple[str, object]:
+    """One call of a named endpoint through Gradio's HTTP API, no client library: (kind, value) with kind
+    "complete" (the outputs), "error" (the message) or "http <code>" (the body)."""
+    import urllib.error
+    import urllib.request
+
+    base = f"{url.rstrip('/')}/gradio_api/call/{api_name}"
+    req = urllib.request.Request(base, data=json.dumps({"data": data}).encode(),
+                                 headers={"content-type": "application/json"})
+    try:
+        event_id = json.load(urllib.request.urlopen(req, timeout=timeout))["event_id"]
+        stream = urllib.request.urlopen(f"{base}/{event_id}", timeout=timeout).read().decode()
+    except urllib.error.HTTPError as e:
+        return f"http {e.code}", e.read().decode(errors="replace")[:300]
+    last = ("no answer", stream[-300:])
+    for event, payload in re.findall(r"^event: (\w+)\ndata: (.*)$", stream, flags=re.M):
+        if event == "complete":
+            last = ("complete", json.loads(payload))
+        elif event == "error":
+            last = ("error", (json.loads(payload) or {}).get("error"))
+    return last
+
+
 def free_port() -> int:
     """A local port nothing listens on now."""
     import socket

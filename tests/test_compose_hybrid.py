@@ -52,12 +52,10 @@ def _config(kind: str):
 
 
 @pytest.fixture(scope="module")
-def models():
+def models(one_thread):
     """kind -> a random HybridLanguageModel, every parameter perturbed (norms at 1 and zero biases
     would hide mistakes), logits of order 1."""
     made = {}
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models on a shared machine: one thread is faster
 
     def get(kind, dtype=torch.float32):
         if dtype != torch.float32:  # float64: the exact math without float32's rounding
@@ -69,8 +67,7 @@ def models():
             made[kind] = perturb_(HybridLanguageModel(HybridConfig.from_transformers(_config(kind).to_dict())).eval(),
                                   seed=1)
         return made[kind]
-    yield get
-    torch.set_num_threads(n)
+    return get
 
 
 def _ids(n, seed):

@@ -22,13 +22,10 @@ V = 300
 
 
 @pytest.fixture(scope="module")
-def rope_model():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a shared machine
+def rope_model(one_thread):
     model = granite_rope_hybrid(V)
     assert model.config.rope_theta is not None  # the point of the test: keys hold positions
-    yield model
-    torch.set_num_threads(n)
+    return model
 
 
 @pytest.fixture(scope="module")

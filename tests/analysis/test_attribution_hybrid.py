@@ -25,16 +25,13 @@ V = 300
 
 
 @pytest.fixture(scope="module")
-def setup():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a shared machine
+def setup(one_thread):
     model = granite_rope_hybrid(V)
     g = torch.Generator().manual_seed(3)
     ids = [torch.randint(1, V, (n,), generator=g).tolist() for n in (8, 12, 5, 10)]
     query = torch.randint(1, V, (5,), generator=g).tolist()
     answer = torch.randint(1, V, (4,), generator=g).tolist()
-    yield model, model.encode_contexts(ids), query, answer
-    torch.set_num_threads(n)
+    return model, model.encode_contexts(ids), query, answer
 
 
 def _direct(model, states, kept, method, q, a) -> np.ndarray:

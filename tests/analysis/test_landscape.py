@@ -21,8 +21,7 @@ def contexts(seed: int = 0, n: int = 3):
 
 
 @pytest.fixture
-def setup(family):
-    torch.set_num_threads(1)
+def setup(family, one_thread):
     model = tiny_model(family, seed=3)
     states = model.encode_contexts(contexts())
     return model, states

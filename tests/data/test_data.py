@@ -3,7 +3,6 @@ sample shape, and every bad input fails loudly. No test downloads anything."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import random
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 from picaso_core.data import (
     CONTEXT_SEP,
@@ -47,10 +47,7 @@ def demo_qa() -> Corpus:
 
 
 def _build_script():
-    spec = importlib.util.spec_from_file_location("build_demo_data", ROOT / "scripts" / "build_demo_data.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("build_demo_data")
 
 
 # ---- generator ----------------------------------------------------------------------------------

@@ -49,13 +49,7 @@ FAMILIES = ["nemotron_h", "granite_rope_moe", "granite_nope_dense", "bamba", "fa
 HYBRIDS = ["nemotron_h", "granite_rope_moe", "granite_nope_dense", "bamba"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: one thread is ~100x faster than many oversubscribed."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models on a shared machine
 
 
 @pytest.fixture(scope="module")

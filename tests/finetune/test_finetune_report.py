@@ -4,11 +4,11 @@ finetune_eval.json, no model run): the fig. 4 table with its gaps, the flags of 
 scripts/finetune_demo.py derives the shipped runs' step counts from one epoch."""
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 from picaso_core.finetune.card import PAPER_FIG4, degradations, model_card, report_markdown
 
@@ -88,9 +88,7 @@ def test_the_script_derives_the_shipped_step_counts_from_one_epoch():
     from picaso_core.finetune import train as FT
     from picaso_core.data import load_corpus
 
-    spec = importlib.util.spec_from_file_location("finetune_demo", ROOT / "scripts" / "finetune_demo.py")
-    D = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(D)
+    D = script_module("finetune_demo")
     args = D.parse_args([])
     n_qa = len(load_corpus("demo", "train", kind="qa").samples)
     assert args.steps is None and args.qa_steps is None and args.epochs == 1.0

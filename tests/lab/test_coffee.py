@@ -21,12 +21,7 @@ from picaso_core.lab.training import LabConfig, Run, train_iter
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors on a shared CPU (see the CLI's --threads)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors on a shared CPU (see the CLI's --threads)
 
 
 # ---- fast paths == references -------------------------------------------------------------------

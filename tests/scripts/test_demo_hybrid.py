@@ -2,12 +2,11 @@
 picaso_core and transformers' own NemotronHForCausalLM read to the same logits, made by train_demo.py's
 hybrid recipe, whose training path is smoke-tested here on a tiny config."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT, script_module
 
 from picaso_core import load_model
 from picaso_core.data import load_corpus
@@ -18,25 +17,15 @@ from picaso_core.engine.model import Mamba2Mixer
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[2]
 FOLDER = BUNDLED["demo-hybrid"][0]
 
 
 @pytest.fixture(scope="module")
 def train_demo():
-    spec = importlib.util.spec_from_file_location("train_demo", ROOT / "scripts" / "train_demo.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("train_demo")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small models on a shared 2-core machine: one thread beats several oversubscribed ones."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small models on a shared machine
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +111,7 @@ def test_hybrid_init_makes_mamba_layers_mimetic(train_demo):
 def test_the_graft_computes_the_demo_models_function_exactly(train_demo):
     """scripts/graft_demo_hybrid.py, demo-hybrid's starting point: the demo model's blocks in the hybrid
     layout, the new blocks' output projections at zero, so the logits are the demo model's."""
-    spec = importlib.util.spec_from_file_location("graft_demo_hybrid", ROOT / "scripts" / "graft_demo_hybrid.py")
-    graft = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(graft)
+    graft = script_module("graft_demo_hybrid")
     from picaso_core.engine.hybrid_config import HybridConfig
 
     base = load_model("demo")

@@ -4,22 +4,17 @@ without a regenerated page fails here), and its verdicts are computed from those
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def fid():
-    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "scripts" / "fidelity.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fidelity"] = mod    # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("fidelity", register=True)  # its dataclasses look their module up in sys.modules
 
 
 def test_committed_page_is_the_generated_one(fid):

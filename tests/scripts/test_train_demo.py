@@ -1,20 +1,14 @@
 """scripts/train_demo.py's packing: whole documents per row, loss-free padding, nothing lost."""
 
-import importlib.util
 import itertools
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import script_module
 
 
 @pytest.fixture(scope="module")
 def train_demo():
-    spec = importlib.util.spec_from_file_location("train_demo", ROOT / "scripts" / "train_demo.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("train_demo")
 
 
 class WordTokenizer:

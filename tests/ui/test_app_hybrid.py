@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import urllib.error
 import urllib.request
@@ -18,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import ROOT, served_app, tracebacks
+from conftest import api_call, served_app, tiny_nemotron_h_dir, tracebacks
 from gradio_client import Client
 
 from picaso_core import load_model
@@ -46,20 +45,8 @@ CHEAP = {"compose": {"k": 2, "max_new_tokens": 2}, "generate_answer": {"k": 1},
 
 @pytest.fixture(scope="module")
 def hybrid_dir(tmp_path_factory) -> Path:
-    """A random tiny Nemotron-H in transformers' layout (Mamba-2 M, attention *, MLP -) with the demo
-    tokenizer, its vocabulary sized to it."""
-    from tokenizers import Tokenizer
-
-    tok = ROOT / "assets" / "tokenizer.json"
-    torch.manual_seed(0)
-    cfg = transformers.NemotronHConfig(
-        vocab_size=Tokenizer.from_file(str(tok)).get_vocab_size(), hidden_size=64, num_attention_heads=4,
-        num_key_value_heads=2, hybrid_override_pattern="M-M*-M-M-", head_dim=16, intermediate_size=96,
-        mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=8, chunk_size=8)
-    folder = tmp_path_factory.mktemp("tiny_nemotron_h")
-    transformers.NemotronHForCausalLM(cfg).eval().save_pretrained(folder)
-    shutil.copy(tok, folder / "tokenizer.json")
-    return folder
+    """A random tiny Nemotron-H in demo-hybrid's pattern, with the demo tokenizer."""
+    return tiny_nemotron_h_dir(tmp_path_factory.mktemp("tiny_nemotron_h"), "M-M*-M-M-")
 
 
 @pytest.fixture(scope="module")
@@ -70,23 +57,8 @@ def app(hybrid_dir, tmp_path_factory):
         yield url
 
 
-def call(url: str, api_name: str, data, timeout: float = 300) -> tuple[str, object]:
-    """(kind, value): ("complete", outputs), ("error", message) or ("http <code>", body)."""
-    base = f"{url.rstrip('/')}/gradio_api/call/{api_name}"
-    req = urllib.request.Request(base, data=json.dumps({"data": data}).encode(),
-                                 headers={"content-type": "application/json"})
-    try:
-        event_id = json.load(urllib.request.urlopen(req, timeout=timeout))["event_id"]
-        stream = urllib.request.urlopen(f"{base}/{event_id}", timeout=timeout).read().decode()
-    except urllib.error.HTTPError as e:
-        return f"http {e.code}", e.read().decode(errors="replace")[:300]
-    last = ("no answer", stream[-300:])
-    for event, payload in re.findall(r"^event: (\w+)\ndata: (.*)$", stream, flags=re.M):
-        if event == "complete":
-            last = ("complete", json.loads(payload))
-        elif event == "error":
-            last = ("error", (json.loads(payload) or {}).get("error"))
-    return last
+def call(url: str, api_name: str, data) -> tuple[str, object]:
+    return api_call(url, api_name, data, timeout=300)  # a hybrid's slowest endpoint on a loaded machine
 
 
 def base_values(api_name: str, params: list[dict]) -> list:

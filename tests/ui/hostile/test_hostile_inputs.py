@@ -25,7 +25,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import tracebacks
+from conftest import api_call as call, tracebacks
 from gradio_client import Client
 
 from picaso_core.ui.errors import normalise
@@ -56,25 +56,6 @@ BAD = {  # wrong values by the parameter's kind (its python_type in /gradio_api/
     "choice": ["\ud800\x1b", [1], {"a": 1}],
 }
 EVERYWHERE = [NASTY, LONG, {"a": 1}, None, [1, 2]]  # each in every parameter at once
-
-
-def call(url: str, api_name: str, data, timeout: float = 60) -> tuple[str, object]:
-    """(kind, value): ("complete", outputs), ("error", message) or ("http <code>", body)."""
-    base = f"{url.rstrip('/')}/gradio_api/call/{api_name}"
-    req = urllib.request.Request(base, data=json.dumps({"data": data}).encode(),
-                                 headers={"content-type": "application/json"})
-    try:
-        event_id = json.load(urllib.request.urlopen(req, timeout=timeout))["event_id"]
-        stream = urllib.request.urlopen(f"{base}/{event_id}", timeout=timeout).read().decode()
-    except urllib.error.HTTPError as e:
-        return f"http {e.code}", e.read().decode(errors="replace")[:300]
-    last = ("no answer", stream[-300:])
-    for event, payload in re.findall(r"^event: (\w+)\ndata: (.*)$", stream, flags=re.M):
-        if event == "complete":
-            last = ("complete", json.loads(payload))
-        elif event == "error":
-            last = ("error", (json.loads(payload) or {}).get("error"))
-    return last
 
 
 def stray(log: str) -> list[str]:

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, BagOfWords, write_corpus
+from conftest import BagOfWords, tiny_nemotron_h_dir, write_corpus
 from picaso_core.ui.tour import cache as tour
 from picaso_core.ui.tour import runs
 from picaso_core.ui.tour.steps import STEPS
@@ -46,21 +46,11 @@ def test_last_step_sets_the_hybrid_beside_the_apps_model(tour_res):
 @pytest.fixture(scope="module")
 def hybrid_res(tmp_path_factory):
     """Resources over a tiny random Nemotron-H (the app serving a hybrid) and the facts corpus."""
-    import torch
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer
-
+    pytest.importorskip("transformers")
     from picaso_core.session import load_resources
 
-    tok = ROOT / "assets" / "tokenizer.json"
-    torch.manual_seed(0)
-    cfg = transformers.NemotronHConfig(
-        vocab_size=Tokenizer.from_file(str(tok)).get_vocab_size(), hidden_size=64, num_attention_heads=4,
-        num_key_value_heads=2, hybrid_override_pattern="M-M*-M-", head_dim=16, intermediate_size=96,
-        mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=8, chunk_size=8)
     tmp = tmp_path_factory.mktemp("hybrid_tour")
-    transformers.NemotronHForCausalLM(cfg).eval().save_pretrained(tmp / "model")
-    shutil.copy(tok, tmp / "model" / "tokenizer.json")
+    tiny_nemotron_h_dir(tmp / "model", "M-M*-M-")
     return load_resources(str(tmp / "model"), str(write_corpus(tmp / "facts.jsonl")), cache_dir=tmp / "cache",
                           embedder=BagOfWords(), log=lambda s: None)
 
