@@ -213,11 +213,11 @@ def n_heads(model) -> int:
 
 
 def walk(model, ids: Sequence[int], layer: int, head: int, start: ContextState | None = None,
-         tokens: Sequence[str] | None = None, recorded: list[dict] | None = None,
-         zeros: list[dict] | None = None) -> dict:
+         tokens: Sequence[str] | None = None, recorded: list[dict] | None = None) -> dict:
     """Plain data for the browser's walk through one layer and head, every token: the stages' numbers
     (`_pack`ed), the tokens, the dims. With a start state, `h_zero` is the same walk's state from zeros
-    (the "difference to zeros" view). `recorded` / `zeros`: `record`'s result, when already made."""
+    (the "difference to zeros" view; the engine's steps alone, `stepped`). `recorded`: `record`'s
+    result, when already made."""
     cfg, fam = model.config, model.config.family
     rec = (recorded or record(model, ids, start, [layer]))[layer]
     sl, _ = head_slice(model, head)
@@ -243,9 +243,9 @@ def walk(model, ids: Sequence[int], layer: int, head: int, start: ContextState |
                 y_scan=flat(rec["y_scan"]), y=flat(rec["y"]), gated=rec["gated"][:, ch], h=h,
                 hnorm=torch.cat([rec["h0"][None], rec["h"]]).flatten(2).norm(dim=-1))
     if start is not None:
-        z0 = (zeros or record(model, ids, layers=[layer]))[layer]
-        hz = torch.cat([z0["h0"][None], z0["h"]])[:, sl]
-        data["h_zero"] = hz[:, 0] if fam == "Mamba2" else hz[:, :, 0]
+        hz = stepped(model, ids, None, [layer])[0][:, 0, sl]  # [T, heads, P, N] (Mamba-1: [T, channels, N])
+        hz = torch.cat([torch.zeros_like(hz[:1]), hz])  # the walk from zeros starts at zeros
+        data["h_zero"] = hz[:, 0] if fam == "Mamba2" else hz
     out = {k: _pack(v) for k, v in data.items()}
     A = rec["A"][sl]
     out.update(family=fam, layer=layer, head=head, n_layers=cfg.n_layer, n_heads=n_heads(model),

@@ -131,8 +131,7 @@ def walk_view(res: Resources, text_in=None, layer=None, head=0, start="zeros"):
     layer, head, start = _where(res, layer, head, start, VIEW)
     state, said = start_state(res, start)
     rec = lab.record(res.model, ids, state, [layer])
-    zeros = lab.record(res.model, ids, layers=[layer]) if state is not None else None
-    data = lab.walk(res.model, ids, layer, head, state, tokens, recorded=rec, zeros=zeros)
+    data = lab.walk(res.model, ids, layer, head, state, tokens, recorded=rec)
     data["start"], data["start_said"] = start, said
     f = facts(res, data, rec[layer])
     md = (f"{len(ids)} tokens, layer {layer}, {'head' if f['family'] == 'Mamba2' else 'channel group'} {head}, "
