@@ -24,7 +24,7 @@ import logging
 import os
 
 # What parse_args reads is light (no torch, no gradio), so `--help` and a mistyped flag answer at once.
-from picaso_core.defaults import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES
+from picaso_core.light.defaults import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES
 from picaso_core.ui.server import settings, time_limits
 
 # The serving half's names, which _import_serving() sets. `app.TABS`, `app.load_resources` (tests

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import ROOT, comma_list, parse, parser, write_json  # noqa: E402
 
-from picaso_core.defaults import count, number  # noqa: E402
+from picaso_core.light.defaults import count, number  # noqa: E402
 
 
 def make_tiny_model(folder: Path) -> Path:

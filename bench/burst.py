@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import parse, parser, table, write_json  # noqa: E402
 
-from picaso_core.defaults import count, number  # noqa: E402
+from picaso_core.light.defaults import count, number  # noqa: E402
 
 SLOW = dict(task="ih", steps=20000, api_name="/coffee_train")  # a worker held for `seconds`
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import parse, parser, write_json  # noqa: E402
 
-from picaso_core.defaults import count, number  # noqa: E402
+from picaso_core.light.defaults import count, number  # noqa: E402
 
 METHODS = ("concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r")
 

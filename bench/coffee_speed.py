@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import interleaved, medians, parse, parser, seconds, write_json  # noqa: E402
 
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 
 def step(layer, u, fast: bool):

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (SHAPES, comma_list, interleaved, limits, medians, no_grad, parse, parser, ratios,  # noqa: E402
                      shape_model, table, vs_limit, write_json)
 
-from picaso_core.defaults import DTYPES, count  # noqa: E402
+from picaso_core.light.defaults import DTYPES, count  # noqa: E402
 
 
 def _import_engine() -> None:

@@ -23,7 +23,7 @@ from harness import ROOT, comma_list, parse, parser, write_json  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.analysis.evaluate import METHODS, evaluate_samples  # noqa: E402
 from picaso_core.analysis.sweep import CONTEXT_SUFFIX  # noqa: E402  (the app store's suffix too)
-from picaso_core.defaults import DTYPES, count  # noqa: E402
+from picaso_core.light.defaults import DTYPES, count  # noqa: E402
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import interleaved, limits, medians, parse, parser, ratios, table, vs_limit, write_json  # noqa: E402
 
 from picaso_core import ModelConfig  # noqa: E402
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 if TYPE_CHECKING:  # the model imports torch: main imports it after the arguments are read (issue 48)
     from picaso_core import SSMLanguageModel

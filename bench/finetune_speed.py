@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import comma_list, interleaved, medians, parse, parser, write_json  # noqa: E402
 
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 # torch, the model and the fine-tuning code (FT) are imported where they run, after the arguments are
 # read (--help and a bad value answer at once, issue 48); so the flags' names:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (comma_list, gpu_profile, interleaved, medians, no_grad, parse, parser, shape_model,  # noqa: E402
                      table, write_json)
 
-from picaso_core.defaults import DTYPES  # noqa: E402
+from picaso_core.light.defaults import DTYPES  # noqa: E402
 
 SECTIONS = ("accuracy", "query", "click", "where")
 ACCURACY_OPS = ("ssd", "step", "norm", "addnorm")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from picaso_core.defaults import count, number  # noqa: E402  (tier 0, no torch: --help answers at once)
+from picaso_core.light.defaults import count, number  # noqa: E402  (tier 0, no torch: --help answers at once)
 
 # released Mamba-2 shapes (config.json's d_model, n_layer; every other field at mamba_ssm's Mamba2 defaults)
 SHAPES = {"mamba2-130m": (768, 24), "mamba2-370m": (1024, 48), "mamba2-2.7b": (2560, 64)}

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import ROOT, comma_list, parse, parser, table, write_json  # noqa: E402
 
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 EXPECTED = {"attention_prefill": ("O(T^2)", 2), "ssm_scan": ("O(T)", 1), "attention_step": ("O(T)", 1),
             "ssm_step": ("O(1)", 0)}

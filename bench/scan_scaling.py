@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import interleaved, medians, parse, parser, row, table, write_json  # noqa: E402
 
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 
 def pass_states_prefix(chunk_states, log_decay, h0):

@@ -15,7 +15,7 @@ same queries repeat is a leak (or allocator retention); a serving app must stay 
 visitor reaches (compose, generate_answer, attribute, soup map / retrieve / two-task / decay,
 landscape, primer views, a short COFFEE run, tour steps, cache stats) with inputs from a fixed set,
 so after the first cycle every cache is warm and what grows is the serving itself. At the end it
-prints what each of the app's caches holds (`/cache_stats`'s "memory": picaso_core/memory.py).
+prints what each of the app's caches holds (`/cache_stats`'s "memory": picaso_core/light/memory.py).
 --only keeps the mix's calls to the endpoints named (finding which endpoint's calls grow).
 
 RSS: the median of --samples readings one second apart, taken --settle seconds after a round (past
@@ -23,7 +23,7 @@ the app's 10 s heap trim, so what a heavy call freed is not counted as held). Gr
 half of the calls is printed end to end (last reading minus the one before the half) and as a
 least-squares slope over the half's readings, both in MB per 1,000 calls. With the app's
 PICASO_MEMORY_DEBUG=1, each round also reads glibc's heap (in use / free but kept) and the object
-types whose counts grew (picaso_core/memory.py).
+types whose counts grew (picaso_core/light/memory.py).
 
 Half of the clients (--new-sessions) open a fresh gradio_client session for every call (a visitor
 who reloads the page); the others keep theirs. Every call is one of the corpus's first --queries

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import ROOT, comma_list, parse, parser, table, write_json  # noqa: E402
 
 from picaso_core import ModelConfig  # noqa: E402
-from picaso_core.defaults import count, number  # noqa: E402
+from picaso_core.light.defaults import count, number  # noqa: E402
 
 # The store (DTYPES, StateStore, build_store) imports torch: the functions below import it where they
 # run, after the arguments are read (--help and a bad value answer at once, issue 48).

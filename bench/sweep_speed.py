@@ -30,7 +30,7 @@ from harness import interleaved, medians, parse, parser, ratios, table, write_js
 from picaso_core.analysis import sweep as S  # noqa: E402
 from picaso_core.retrieval import rankers as R  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 
 def k_list(text: str) -> str:

@@ -49,7 +49,7 @@ from typing import Sequence
 from picaso_core.analysis.evaluate import METHODS
 from picaso_core.analysis.summaries import paper_vs_ours, summarize
 from picaso_core.analysis.sweep import CONTEXT_SUFFIX, ContextSource, RecordLog, parse_ks, run_sweep
-from picaso_core.defaults import count
+from picaso_core.light.defaults import count
 from picaso_core.retrieval.rankers import RETRIEVERS, make_ranker
 
 __all__ = ["main", "parse_args", "cache_root", "default_store_dir"]

@@ -38,10 +38,10 @@ from typing import Callable, ClassVar
 
 import torch
 
-from picaso_core.assets import ASSETS
+from picaso_core.light.assets import ASSETS
 from picaso_core.data import DEMO_DATA_DIR, CorpusError, limit_corpus, load_corpus
 from picaso_core.data.hub import HubError
-from picaso_core.defaults import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES  # light: app.py --help
+from picaso_core.light.defaults import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES  # light: app.py --help
 from picaso_core.engine.hybrid_config import HybridConfig
 from picaso_core.engine.loading import load_model
 from picaso_core.retrieval.retriever import Embedder, Retriever, SentenceEmbedder, embeddings_path

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core.assets import ASSETS  # noqa: E402
+from picaso_core.light.assets import ASSETS  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
 from picaso_core.data.demo_world import CONTEXT_SEP  # noqa: E402
 from picaso_core.data.demo_world import MIXES  # noqa: E402
 from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS, evaluate_samples  # noqa: E402
 from picaso_core.data.skills import load_skill_tasks  # noqa: E402
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 # The model, the skill evaluation and the retriever import torch: the functions below import them
 # when they run, after the arguments are read (--help and a bad value answer at once, issue 48).

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 BAR = re.compile(r"\d+%\|")  # a tqdm progress bar's line
 SERVING = ("Running on local URL", "Running on public URL")

@@ -38,8 +38,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from picaso_core.assets import ASSETS  # noqa: E402
-from picaso_core.defaults import count, number  # noqa: E402
+from picaso_core.light.assets import ASSETS  # noqa: E402
+from picaso_core.light.defaults import count, number  # noqa: E402
 
 # The fine-tuning code (FT) and the model import torch: the functions below import them when they run,
 # after the arguments are read (--help and a bad value answer at once, issue 48).

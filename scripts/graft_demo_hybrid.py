@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from picaso_core.defaults import count  # noqa: E402  (light: no torch before the arguments are read)
+from picaso_core.light.defaults import count  # noqa: E402  (light: no torch before the arguments are read)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -32,9 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core.analysis.evaluate import METHODS  # noqa: E402
-from picaso_core.assets import ASSETS  # noqa: E402
+from picaso_core.light.assets import ASSETS  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.defaults import count, number  # noqa: E402
+from picaso_core.light.defaults import count, number  # noqa: E402
 
 # torch, the model, picaso_core.analysis.attribution and the session are imported where they run, after
 # the arguments are read (--help and a bad value answer at once, issue 48); so the names the flags need:

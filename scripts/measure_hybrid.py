@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core.defaults import count  # noqa: E402  (light: no torch before the arguments are read)
+from picaso_core.light.defaults import count  # noqa: E402  (light: no torch before the arguments are read)
 
 ABLATION = "picaso_r_no_attn"
 NAMES = {"none": "None", "concat": "Concat", "soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S",

@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core.assets import ASSETS  # noqa: E402
+from picaso_core.light.assets import ASSETS  # noqa: E402
 from picaso_core.data import load_corpus  # noqa: E402
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 # torch, the model and the soup modules are imported in main, after the arguments are read (--help and
 # a bad value answer at once, issue 48); so the figures the flags need:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 from picaso_core.ui.tour.steps import STEPS  # noqa: E402
 
 # Timed in the page: from the click to the title of step n (for a live run: saying "computed live")

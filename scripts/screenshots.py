@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from picaso_core.defaults import count  # noqa: E402
+from picaso_core.light.defaults import count  # noqa: E402
 
 # (file name, tab title, the button clicked to show the tab's phenomenon or None, seconds it may take,
 #  the element shot at the top of the window or None for the tab's top). A streaming run (COFFEE's live

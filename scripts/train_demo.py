@@ -31,9 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core import ModelConfig  # noqa: E402
-from picaso_core.assets import ASSETS  # noqa: E402
+from picaso_core.light.assets import ASSETS  # noqa: E402
 from picaso_core.data.demo_world import CONTEXT_SEP, MIXES, render_parts, training_examples  # noqa: E402
-from picaso_core.defaults import count, number  # noqa: E402
+from picaso_core.light.defaults import count, number  # noqa: E402
 from picaso_core.engine.tokenizer import Tokenizer  # noqa: E402
 
 

@@ -6,11 +6,11 @@ also those inside functions) has no circle, and imports run downward only:
     session · experiments               what loads once (Resources); the experiments command
     analysis · finetune · lab · plots   what the app shows (may import each other, without circles)
     store · retrieval                   the database of states, and what to fetch from it
-    compose · data                      the composition methods; the corpora
-    compose_attention                   a hybrid's attention layers in a composition (compose imports it)
+    compose · data                      the composition methods (and their registry); the corpora
     engine                              the model, its state, decoding, loading
-    assets · faces · memory · deadline  where the bundled files are; a package's lazy face; the caches' sizes;
-                                        a job's time limit; defaults: the flags' light defaults (no torch)
+    light                               standard-library-only helpers: assets, defaults, deadline, memory,
+                                        faces (where the bundled files are, the flags' defaults, a job's
+                                        time limit, the caches' sizes, a package's lazy face)
 
 The graph is built with `ast`, so nothing is imported to check it. Importing `a.b.c` also runs
 `a/b/__init__.py`: a module that imports into a package from outside it depends on that package's
@@ -39,8 +39,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "picaso_core"
 
-TIER = {"assets": 0, "faces": 0, "memory": 0, "deadline": 0, "defaults": 0, "engine": 1, "compose_attention": 1.5,
-        "compose": 2, "data": 2, "store": 3, "retrieval": 3, "analysis": 4, "finetune": 4, "lab": 4, "plots": 4,
+TIER = {"light": 0, "engine": 1, "compose": 2, "data": 2, "store": 3, "retrieval": 3, "analysis": 4, "finetune": 4, "lab": 4, "plots": 4,
         "session": 5, "experiments": 5, "ui": 6, "space": 7}
 
 
@@ -132,7 +131,7 @@ def layer(module: str) -> str:
 
 def upward(graph: dict[str, set[str]]) -> list[str]:
     """'a -> b' for every import from a lower tier to a higher one, or between two tiers' equals
-    that are not allowed to meet (engine imports nothing of picaso_core but assets, faces and deadline)."""
+    that are not allowed to meet (engine imports nothing of picaso_core but the light helpers)."""
     bad = []
     for a, deps in graph.items():
         la = layer(a)
@@ -166,7 +165,7 @@ def test_engine_imports_nothing_above_it():
     engine = {m: deps for m, deps in graph.items() if layer(m) == "engine"}
     assert engine, "no picaso_core.engine modules found"
     above = {f"{m} -> {d}" for m, deps in engine.items() for d in deps
-             if layer(d) not in ("engine", "assets", "faces", "deadline")}
+             if layer(d) not in ("engine", "light")}
     assert above == set()
 
 

@@ -1,5 +1,5 @@
 """Composition on a hybrid (issue 49 item 3): the SSM part as on a pure model, the attention layers'
-keys and values joined (picaso_core.compose_attention), on tiny random hybrids built from
+keys and values joined (picaso_core.compose.attention), on tiny random hybrids built from
 transformers' config classes.
 
 What is asserted exactly: Concat is the reading of the concatenation; position-free attention makes
@@ -20,7 +20,7 @@ from conftest import perturb_, tiny_model
 from picaso_core import ContextState
 from picaso_core.analysis.compose_cache import ComposeCache, state_nbytes
 from picaso_core.compose import compose, compose_tokens, mean_of_rotations, nested_token_states
-from picaso_core.compose_attention import shift_positions
+from picaso_core.compose.attention import shift_positions
 from picaso_core.engine.hybrid import HybridLanguageModel
 from picaso_core.engine.hybrid_config import HybridConfig
 from picaso_core.engine.tokenizer import Tokenizer

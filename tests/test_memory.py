@@ -1,4 +1,4 @@
-"""picaso_core.memory: the caches' sizes a soak reports are measured from their contents."""
+"""picaso_core.light.memory: the caches' sizes a soak reports are measured from their contents."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from picaso_core import memory
+from picaso_core.light import memory
 
 
 def test_a_tensor_counts_its_storage_once_however_many_views_hold_it():

@@ -1,4 +1,4 @@
-"""picaso_core.memory.not_a_cache: a cache that keeps a reference to what every tab shares (a lab
+"""picaso_core.light.memory.not_a_cache: a cache that keeps a reference to what every tab shares (a lab
 keeps the Resources it was made from: the model, the retriever's encoder) is charged only for what it
 holds itself. The mixed soak's "derived per app" figure was 445.7 MB partly because each cache in it
 counted the loaded model and the retriever (~100 MB) again (docs/serving.md, 'Memory')."""
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from picaso_core import memory
+from picaso_core.light import memory
 
 
 @dataclass

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from picaso_core.compose import compose, composition_weights, mean_of_rotations
-from picaso_core.compose_attention import comparable_shapes
+from picaso_core.compose.attention import comparable_shapes
 from picaso_core.engine.losses import token_nll as engine_token_nll
 from picaso_core.engine.state import ContextState
 

@@ -33,7 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
-from picaso_core.defaults import count
+from picaso_core.light.defaults import count
 
 # The analyses (torch) are imported by the functions that run them: a command's work, after its
 # arguments, so that `--help` and a bad value answer at once.

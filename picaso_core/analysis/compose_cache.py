@@ -261,7 +261,7 @@ def cached_states(cache: ComposeCache, model, methods: Sequence[str], ids: Seque
     the call that missed)."""
     tokens = dict(zip(ids, context_ids))
     built, looked = {}, {}
-    from picaso_core.compose_attention import rotary  # torch: imported on use (settings reads this module)
+    from picaso_core.compose.attention import rotary  # torch: imported on use (settings reads this module)
 
     # a RoPE hybrid's composed keys sit at their offsets in the joined order: no method is order-free there
     keying = "sequence" if rotary(model) is not None else None

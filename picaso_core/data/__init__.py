@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from picaso_core.assets import ASSETS
+from picaso_core.light.assets import ASSETS
 from picaso_core.data import hub  # its loaders import `datasets` on first use
 from picaso_core.data.demo_world import CONTEXT_SEP, render_concat, render_parts, training_examples
 from picaso_core.data.hub import HubError

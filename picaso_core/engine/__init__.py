@@ -10,7 +10,7 @@
     loading.py    load_model("demo" | folder | hub id), save_model, device checks
     rng.py        seeded(seed): a reproducible model build in a threaded process
 
-The engine imports nothing of picaso_core but `picaso_core.assets` (tests/test_architecture.py
+The engine imports nothing of picaso_core but `picaso_core.light.assets` (tests/test_architecture.py
 checks it): composition, the store, retrieval, analyses, labs and the UI build on it, never the
 other way round.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from picaso_core.faces import lazy_face
+from picaso_core.light.faces import lazy_face
 
 if TYPE_CHECKING:  # the face's names, for type checkers and tests/test_architecture.py's import graph
     from picaso_core.engine.config import ModelConfig, SSMConfig  # noqa: F401

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from picaso_core.deadline import check
+from picaso_core.light.deadline import check
 from picaso_core.engine.attention import Attention, KVCache
 from picaso_core.engine.hybrid_config import HybridConfig
 from picaso_core.engine.mlp import GatedMLP, GraniteMLP, GraniteMoE, NemotronMoE, UpDownMLP
@@ -157,7 +157,7 @@ class HybridLanguageModel(SSMLanguageModel):
         h = self._embed(ids)
         ssm, conv, decay, keys, values = [], [], [], [], []
         for layer in self.model.layers:
-            check()  # a served job past its time limit stops here (picaso_core.deadline)
+            check()  # a served job past its time limit stops here (picaso_core.light.deadline)
             for norm, kind, names in layer.plan:
                 x = getattr(layer, norm)(h)
                 if kind == "mamba":

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from picaso_core.assets import ASSETS  # the checkout's assets/ or the installed package's copy
+from picaso_core.light.assets import ASSETS  # the checkout's assets/ or the installed package's copy
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.hybrid import HybridLanguageModel
 from picaso_core.engine.hybrid_config import HYBRID_FAMILIES, UNSUPPORTED, HybridConfig

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from picaso_core.deadline import check
+from picaso_core.light.deadline import check
 from picaso_core.engine import graphs, kernels
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.decode import generate_batch
@@ -332,7 +332,7 @@ class SSMLanguageModel(nn.Module):
         residual = hidden.float() if cfg.residual_in_fp32 and hidden.dtype != torch.float64 else hidden
         ssm, conv, decay, out = [], [], [], None
         for i, layer in enumerate(self.backbone.layers):
-            check()  # a served job past its time limit stops here (picaso_core.deadline); nothing when none is set
+            check()  # a served job past its time limit stops here (picaso_core.light.deadline); nothing when none is set
             normed, residual = _add_norm(layer.norm, out, residual, hidden.dtype)  # residual += the last out
             out, c, s, ld = layer.mixer(normed, conv_in[:, i], ssm_in[:, i], lengths)
             conv.append(c)

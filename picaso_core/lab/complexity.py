@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from picaso_core.deadline import check
+from picaso_core.light.deadline import check
 from picaso_core.engine.scan import ssd_scan, state_update
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096)  # the tab's "measure on this machine" (< 20 s on 2 cores)
@@ -176,7 +176,7 @@ def _measure(lengths, device, H, P, N, chunk_size, min_time, progress) -> dict:
             "ssm_step": (lambda: state_update(h, x1, dt1, A, B1, C1), (h, x1, dt1, A, B1, C1)),
         }
         for j, (name, (fn, inputs)) in enumerate(cases.items()):
-            check()  # a served measurement past its time limit stops between cases (picaso_core.deadline)
+            check()  # a served measurement past its time limit stops between cases (picaso_core.light.deadline)
             if progress is not None:
                 progress(i * len(SERIES) + j, len(lengths) * len(SERIES), f"T = {T}: {name.replace('_', ' ')}")
             seconds[name].append(_seconds(fn, device, min_time))

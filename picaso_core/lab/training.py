@@ -12,7 +12,7 @@ from dataclasses import asdict
 import torch
 import torch.nn.functional as F
 
-from picaso_core.deadline import check
+from picaso_core.light.deadline import check
 from picaso_core.engine.rng import seeded
 from picaso_core.lab.coffee.model import DigitsModel, IHModel, n_params
 from picaso_core.lab.config import (  # noqa: F401  (the config's names: also this module's, as before)
@@ -95,7 +95,7 @@ class Run:
         return loss, (logits.argmax(-1) == targets).all(-1).float().mean()
 
     def step(self) -> float:
-        check()  # a served run past its time limit stops between steps (picaso_core.deadline)
+        check()  # a served run past its time limit stops between steps (picaso_core.light.deadline)
         self.model.train()
         loss, _ = self.loss_acc(*self.batch())
         self.opt.zero_grad(set_to_none=True)

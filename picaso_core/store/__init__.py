@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from picaso_core.faces import lazy_face
+from picaso_core.light.faces import lazy_face
 
 if TYPE_CHECKING:  # the face's names, for type checkers and tests/test_architecture.py's import graph
     from picaso_core.store.build import ShardEncoder, build_store, write_index  # noqa: F401

@@ -17,7 +17,7 @@ import sys
 from typing import Sequence
 
 from picaso_core.data import CorpusError, limit_corpus, load_corpus  # torch-free
-from picaso_core.defaults import count
+from picaso_core.light.defaults import count
 
 # The store's modules import torch: each command imports them after its arguments are read, so that
 # `--help` and a bad value answer at once. What the help says of the on-disk format (format.py's

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from picaso_core.faces import lazy_face
+from picaso_core.light.faces import lazy_face
 
 if TYPE_CHECKING:  # the face's names, for type checkers and tests/test_architecture.py's import graph
     from picaso_core.lab.coffee.model import S6, Coffee, DigitsModel, IHModel, coffee_scan, coffee_step  # noqa: F401

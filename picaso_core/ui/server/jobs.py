@@ -1,6 +1,6 @@
 """Every model-bound job under its endpoint's wall-clock limit (time_limits.py), applied in one place:
 after the app is built, each event of the model pool (and the tour's /tour_step) has its function
-wrapped so that it runs under a cooperative deadline (picaso_core.deadline). The loops that run long
+wrapped so that it runs under a cooperative deadline (picaso_core.light.deadline). The loops that run long
 call `deadline.check()` at their safe points (the engine's per-layer loop, a training step, a grid
 point, an ablation); past the limit the job unwinds from there, its worker is free for the next
 call, and the visitor reads one line ("stopped: /landscape ran past its 60 s limit; ..."), which
@@ -21,8 +21,8 @@ import time
 
 import gradio as gr
 
-from picaso_core import deadline
-from picaso_core.deadline import JobTimeout
+from picaso_core.light import deadline
+from picaso_core.light.deadline import JobTimeout
 from picaso_core.ui.server.time_limits import DEFAULT_LIMITS, time_limits
 
 log = logging.getLogger("picaso_explorer")

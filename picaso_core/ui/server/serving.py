@@ -27,7 +27,7 @@ from gradio.components.plot import PlotData
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 
-from picaso_core import memory
+from picaso_core.light import memory
 from picaso_core.store.format import CACHE_BYTES
 from picaso_core.ui.server import jobs
 from picaso_core.ui.server.busy import BUSY, BusyGate, Load  # noqa: F401  (BUSY: serving's API)
@@ -279,7 +279,7 @@ def _libc():
 
 def register_memory(demo, res, max_sessions: int) -> None:
     """Name the process-wide holders of memory beside the tabs' caches in `/cache_stats`'s "memory"
-    report (picaso_core/memory.py): Gradio's per-session state (each a copy of the page's config,
+    report (picaso_core/light/memory.py): Gradio's per-session state (each a copy of the page's config,
     bounded by --max-sessions), the state store's in-memory LRU, and what each tab derived from the
     loaded Resources once (the skill library, retrievers, the fine-tuned model, ...)."""
     def sessions():

@@ -18,7 +18,7 @@ import pandas as pd
 from picaso_core.analysis import summaries as S
 from picaso_core.analysis import sweep
 from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS
-from picaso_core.assets import ASSETS
+from picaso_core.light.assets import ASSETS
 from picaso_core.plots import experiments as P
 from picaso_core.retrieval import rankers as R
 from picaso_core.session import Resources

@@ -25,7 +25,7 @@ import gradio as gr
 import pandas as pd
 import torch
 
-from picaso_core.assets import ASSETS
+from picaso_core.light.assets import ASSETS
 from picaso_core.lab.tasks import IHTask
 from picaso_core.lab.training import LabConfig, Run, ih0_trajectories
 from picaso_core.plots.coffee import NAMES, curves_figure, ih0_figure

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import replace
 
-from picaso_core import memory
+from picaso_core.light import memory
 from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
 from picaso_core.analysis.evaluate import run_methods
 from picaso_core.compose import compose
@@ -37,7 +37,7 @@ def set_budget(cache_mb: float) -> None:
 def cache_stats() -> dict:
     """The composed-state cache's counters: hits, misses, hit_rate, bytes, entries, evictions and
     miss reasons, per method and in total; the byte budget; the scored-run cache's; and "memory":
-    what each of the app's caches holds now, with its bound (picaso_core/memory.py)."""
+    what each of the app's caches holds now, with its bound (picaso_core/light/memory.py)."""
     return {**CACHE.stats(), "results": RESULTS.stats(), "memory": memory.report()}
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 from picaso_core.analysis import summaries as S
 from picaso_core.analysis import sweep
 from picaso_core.data import load_corpus
-from picaso_core.deadline import JobTimeout, check
+from picaso_core.light.deadline import JobTimeout, check
 from picaso_core.finetune import train as FT
 from picaso_core.finetune.card import (PAPER_ROW, PAPER_TABLE1, PAPER_TABLE2, ROW_NAMES, SKILL_KS, TABLE1_METHODS,
                                        skill_cell)
@@ -216,7 +216,7 @@ def run_live(res: Resources, objective="bptc", steps=40, k_max=5, lr=3e-4, progr
         while thread.is_alive() or not records.empty():
             thread.join(timeout=poll_s)
             try:
-                check()  # past this job's time limit (picaso_core.deadline): the training stops after its step
+                check()  # past this job's time limit (picaso_core.light.deadline): the training stops after its step
             except JobTimeout:
                 _CANCEL.set()
                 thread.join()

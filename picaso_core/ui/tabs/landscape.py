@@ -23,7 +23,7 @@ import gradio as gr
 import pandas as pd
 
 from picaso_core.analysis.landscape_fig2 import fig2
-from picaso_core.assets import ASSETS
+from picaso_core.light.assets import ASSETS
 from picaso_core.plots.landscape import colour_scale, line_figure, plane_figure, plane_title, zrange
 from picaso_core.session import Resources, derived_folder
 from picaso_core.ui import budget

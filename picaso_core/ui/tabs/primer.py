@@ -23,7 +23,7 @@ import gradio as gr
 import pandas as pd
 import torch
 
-from picaso_core.assets import ASSETS
+from picaso_core.light.assets import ASSETS
 from picaso_core.lab import primer as lab
 from picaso_core.lab.complexity import SERIES, measure_complexity
 from picaso_core.plots import primer as P

@@ -10,7 +10,7 @@ import argparse
 import os
 from typing import Sequence
 
-from picaso_core.defaults import DEFAULT_CACHE
+from picaso_core.light.defaults import DEFAULT_CACHE
 
 DESCRIPTION = "Talk mode: a guided tour through the PICASO story, every step shown at once from precomputed results."
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # buffers freed. Prints the resident MB the burst left behind, with no malloc_trim.
 BURST = r"""
 import ctypes, json, sys
-from picaso_core import memory
+from picaso_core.light import memory
 from picaso_core.ui.server import serving
 if sys.argv[1] == "tuned":
     serving.tune_allocator()

@@ -1,4 +1,4 @@
-"""Each job's time limit (issue 47, item 1): picaso_core.deadline's cooperative deadline, the
+"""Each job's time limit (issue 47, item 1): picaso_core.light.deadline's cooperative deadline, the
 --time-limit / PICASO_TIME_LIMITS parsing (picaso_core.ui.server.time_limits, app.parse_args) and the
 wrapper that applies a limit to an event's function (picaso_core.ui.server.jobs)."""
 
@@ -12,8 +12,8 @@ import gradio as gr
 import pytest
 
 import app
-from picaso_core import deadline
-from picaso_core.deadline import JobTimeout
+from picaso_core.light import deadline
+from picaso_core.light.deadline import JobTimeout
 from picaso_core.ui.server import jobs
 from picaso_core.ui.server.time_limits import DEFAULT_LIMITS, ENV, parse_limit, time_limits
 

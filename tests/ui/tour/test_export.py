@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from picaso_core.assets import ASSETS
+from picaso_core.light.assets import ASSETS
 from picaso_core.ui.tour import exports as export
 from picaso_core.ui.tour.controls import _export_choices, export_files
 from picaso_core.ui.tour.downloads import Exports, file_stem

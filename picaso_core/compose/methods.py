@@ -56,8 +56,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from picaso_core import deadline
-from picaso_core.compose_attention import check_modes, comparable_shapes, composed_kv, join_kv, rotary
+from picaso_core.light import deadline
+from picaso_core.compose.attention import check_modes, comparable_shapes, composed_kv, join_kv, rotary
 from picaso_core.engine.state import ContextState
 
 __all__ = [

@@ -12,17 +12,17 @@ from pathlib import Path
 
 __all__ = ["ASSETS", "assets_dir"]
 
-_HERE = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parent.parent  # picaso_core/
 
 
 def assets_dir() -> Path:
     """The assets folder: $PICASO_ASSETS, else the installed package's copy, else the checkout's."""
     if os.environ.get("PICASO_ASSETS"):
         return Path(os.environ["PICASO_ASSETS"])
-    for folder in (_HERE / "assets", _HERE.parent / "assets"):
+    for folder in (_PKG / "assets", _PKG.parent / "assets"):
         if (folder / "demo_model").is_dir():
             return folder
-    return _HERE.parent / "assets"  # missing: load_model("demo") and load_demo name the fix
+    return _PKG.parent / "assets"  # missing: load_model("demo") and load_demo name the fix
 
 
 ASSETS = assets_dir()
