@@ -34,7 +34,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from picaso_core.engine.attention import rope as rope_rotate
+from picaso_core.engine.layers.attention import rope as rope_rotate
 from picaso_core.engine.state import VARIABLE, ContextState
 
 __all__ = ["ATTENTION_MODES", "ROPE_MODES", "rotary", "shift_positions", "join_kv", "composed_kv",

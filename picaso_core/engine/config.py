@@ -110,6 +110,10 @@ class ModelConfig:
         m = self.pad_vocab_size_multiple
         return self.vocab_size + (m - self.vocab_size % m) % m
 
+    def mixer_config(self) -> "ModelConfig":
+        """The config a Mamba mixer reads (engine/layers): a pure model's is its own."""
+        return self
+
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of one context's state (see picaso_core.engine.state)."""
         L, s = self.n_layer, self.ssm_cfg

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from picaso_core.engine import kernels
-from picaso_core.engine.attention import KVCache
+from picaso_core.engine.layers.attention import KVCache
 from picaso_core.engine.graphs import capture
 from picaso_core.engine.losses import token_nll
 from picaso_core.engine.scan import upcast
@@ -93,11 +93,11 @@ class _GraphStep:
 
 def _stepper(model, st: ContextState) -> Callable[[Tensor], Tensor]:
     """ids [b] -> logits [b, V]: a step on buffers holding `st`, replayed as a CUDA graph on a GPU."""
-    if st.keys is not None:  # a hybrid: its attention layers' keys and values grow by one position per token
+    if model.layout.has_attention:  # its attention layers' keys and values grow by one position per token
         bufs, cache = layer_major(st), KVCache(st)
         return lambda ids: model._step_(ids, *bufs, cache)
     if CUDA_GRAPHS and model.device.type == "cuda":
-        w = model.backbone.embedding.weight
+        w = model.embedding.weight
         cache = model.__dict__.setdefault("_decode_graphs", {})
         # moved or cast weights, or the kernels switched: a new capture
         key = (st.batch_size, st.ssm.dtype, w.data_ptr(), w.dtype, kernels.setting())

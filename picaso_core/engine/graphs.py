@@ -135,7 +135,7 @@ def forward(model, ids: Tensor, st, lengths: Tensor | None):
         return None
     b, t = ids.shape
     T = bucket(t)
-    w = model.backbone.embedding.weight
+    w = model.embedding.weight
     dtypes = (st.ssm.dtype, st.conv.dtype, st.log_decay.dtype)
     # moved or cast weights, or the kernels switched: new captures (a graph replays what it recorded)
     in_key = (b, dtypes, w.data_ptr(), w.dtype, kernels.setting())

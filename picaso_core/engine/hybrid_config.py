@@ -39,6 +39,7 @@ class MixerConfig(ModelConfig):
     which Nemotron-H does not tie to expand x d_model."""
 
     inner: int = 0
+    gated_norm_eps: float = 1e-5  # the gated norm's epsilon: the family's RMS epsilon
 
     @property
     def d_inner(self) -> int:
@@ -120,7 +121,8 @@ class HybridConfig:
 
     def mixer_config(self) -> MixerConfig:
         return MixerConfig(d_model=self.d_model, n_layer=self.n_ssm_layers, vocab_size=self.vocab_size,
-                           ssm_cfg=self.ssm_cfg, norm_epsilon=self.norm_epsilon, inner=self.d_inner)
+                           ssm_cfg=self.ssm_cfg, norm_epsilon=self.norm_epsilon, inner=self.d_inner,
+                           gated_norm_eps=self.norm_epsilon)
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of one context's state (engine/state.py): the SSM layers' as a pure Mamba-2's, and

@@ -1,8 +1,11 @@
-"""SSMLanguageModel: a Mamba-1 / Mamba-2 language model whose state is a value.
+"""LanguageModel: a language model stacked from layer kinds, whose state is a value.
 
-Reads top to bottom: norms -> Mamba-2 mixer -> Mamba-1 mixer -> block -> language model.
-Weight names and numerics follow mamba_ssm (MambaLMHeadModel, Mamba2, Mamba "simple"), so its
-checkpoints load as they are; transformers' names are mapped in loading.py.
+One class for every family the engine reads (engine/layout.py): the config gives a Layout (the kind
+of every layer), the family gives the weight names, and the layers come from engine/layers/ (Mamba-1
+and Mamba-2 mixers, attention, MLP, MoE). The forward runs every layer's sub-blocks in order,
+norm -> kind -> residual add, without asking which kind it runs: each kind reads and writes its own
+part of the state (kind.py's runs). `SSMLanguageModel` (a pure Mamba-1 / Mamba-2, mamba_ssm's names)
+and `HybridLanguageModel` (engine/hybrid.py) are this class under the names docs/api.md shows.
 
 Glossary (shapes):  b batch, t time, D d_model, E d_inner = expand·D, H heads, P headdim,
 N d_state, G ngroups, C conv channels, K d_conv, L n_layer, V padded vocabulary.
@@ -21,195 +24,31 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from picaso_core.light.deadline import check
 from picaso_core.engine import graphs, kernels
-from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.decode import generate_batch
+from picaso_core.engine.layers import ChunkRun, StepRun, kind
+from picaso_core.engine.layers.attention import KVCache
+from picaso_core.engine.layers.common import GatedRMSNorm, RMSNorm, ScaledHead  # noqa: F401 (GatedRMSNorm: its old home)
+from picaso_core.engine.layers.mamba1 import Mamba1Mixer  # noqa: F401 (its old home: scripts and tests import it here)
+from picaso_core.engine.layers.mamba2 import Mamba2Mixer  # noqa: F401
+from picaso_core.engine.layout import FAMILIES, Layout, layout_of, sub_blocks
 from picaso_core.engine.losses import token_nll
-from picaso_core.engine.scan import (causal_conv, conv_step, dt_softplus, selective_scan, ssd_scan, state_update,
-                                     step_sizes, unlimited, upcast)
+from picaso_core.engine.scan import upcast
 from picaso_core.engine.state import ContextState, layer_major
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, d: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, x: Tensor) -> Tensor:
-        xf = upcast(x)[0]
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
-
-
-class GatedRMSNorm(nn.Module):
-    """Mamba-2's norm(y · SiLU(z)) with one RMS per group of E/G channels (norm_before_gate=False).
-    On CUDA with mamba-ssm, its fused Triton kernel (one launch instead of about ten)."""
-
-    def __init__(self, d: int, group_size: int, eps: float):
-        super().__init__()
-        self.eps, self.group_size = eps, group_size
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, y: Tensor, z: Tensor) -> Tensor:
-        fn = kernels.get("norm", y)
-        if fn is not None:
-            out = kernels.run("norm", fn, y, self.weight, None, z=z, eps=self.eps, group_size=self.group_size,
-                              norm_before_gate=False)
-            if out is not None:
-                return out
-        dtype = y.dtype
-        y = upcast(y * F.silu(z))[0]
-        yg = y.unflatten(-1, (-1, self.group_size))  # [..., G, E/G]
-        yg = yg * torch.rsqrt(yg.pow(2).mean(-1, keepdim=True) + self.eps)
-        return yg.flatten(-2).to(dtype) * self.weight
-
-
-def _inv_softplus_dt(cfg: ModelConfig, n: int) -> Tensor:
-    """dt bias so that softplus(bias) is log-uniform in [dt_min, dt_max] (mamba_ssm's init)."""
-    s = cfg.ssm_cfg
-    dt = torch.exp(torch.rand(n) * (math.log(s.dt_max) - math.log(s.dt_min)) + math.log(s.dt_min))
-    dt = dt.clamp(min=s.dt_init_floor)
-    return dt + torch.log(-torch.expm1(-dt))
-
-
-class Mamba2Mixer(nn.Module):
-    """mamba_ssm.modules.mamba2.Mamba2 (ngroups, gated RMSNorm, scalar decay per head)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        s = cfg.ssm_cfg
-        self.cfg = cfg
-        E, H, GN = cfg.d_inner, cfg.nheads, s.ngroups * s.d_state
-        self.in_proj = nn.Linear(cfg.d_model, 2 * E + 2 * GN + H, bias=s.bias)  # -> z, xBC, dt
-        self.conv1d = nn.Conv1d(cfg.conv_dim, cfg.conv_dim, s.d_conv, groups=cfg.conv_dim,
-                                padding=s.d_conv - 1, bias=s.conv_bias)
-        self.dt_bias = nn.Parameter(_inv_softplus_dt(cfg, H))
-        self.A_log = nn.Parameter(torch.log(torch.empty(H).uniform_(1, 16)))
-        self.D = nn.Parameter(torch.ones(H))
-        self.norm = GatedRMSNorm(E, E // s.ngroups, eps=1e-5)
-        self.out_proj = nn.Linear(E, cfg.d_model, bias=s.bias)
-
-    def forward(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor, lengths: Tensor | None):
-        """u [b, t, D]; conv_state [b, C, K-1]; ssm_state [b, H, P, N]; lengths [b] or None.
-        Returns out [b, t, D], conv_state, ssm_state, log_decay [b, H]."""
-        b, t, _ = u.shape
-        s, E, H = self.cfg.ssm_cfg, self.cfg.d_inner, self.cfg.nheads
-        GN = s.ngroups * s.d_state
-        # 1. project: z (gate) [b,t,E], xBC (conv input) [b,t,E+2GN], dt [b,t,H]
-        z, xBC, dt = self.in_proj(u).split([E, E + 2 * GN, H], dim=-1)
-        # 2. causal conv over [carried K-1 inputs ++ xBC], SiLU
-        xBC, conv_state = causal_conv(xBC.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
-                                      conv_state, lengths)
-        x, B, C = xBC.transpose(1, 2).split([E, GN, GN], dim=-1)
-        # 3. step sizes; dt = 0 on padding makes the step the identity (decay 1, nothing written)
-        dt = dt_softplus(dt, self.dt_bias, s.dt_limit)  # float32 decay math
-        if lengths is not None:
-            dt = dt * (torch.arange(t, device=u.device)[None, :] < lengths[:, None])[..., None]
-        A = -torch.exp(upcast(self.A_log)[0])  # [H]
-        # 4. SSD scan from the given state: y [b,t,H,P]
-        y, ssm_state, log_decay = ssd_scan(
-            x.reshape(b, t, H, s.headdim), dt, A, B.reshape(b, t, s.ngroups, s.d_state),
-            C.reshape(b, t, s.ngroups, s.d_state), s.chunk_size, ssm_state)
-        # 5. skip connection D, gated group norm, output projection
-        y = y.to(x.dtype) + x.reshape(b, t, H, s.headdim) * self.D[:, None].to(x.dtype)
-        y = self.norm(y.reshape(b, t, E), z)
-        return self.out_proj(y), conv_state, ssm_state, log_decay
-
-    def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor, log_decay: Tensor) -> Tensor:
-        """One token, the recurrence in closed form: u [b, D]; conv_state [b, C, K-1],
-        ssm_state [b, H, P, N] and log_decay [b, H, 1, 1] are updated IN PLACE (decode buffers; the
-        log-decay gains the step's dt·A). Returns out [b, D]. The twin of `forward` for t = 1, with
-        no scan and no chunks."""
-        b = u.shape[0]
-        s, E, H = self.cfg.ssm_cfg, self.cfg.d_inner, self.cfg.nheads
-        GN = s.ngroups * s.d_state
-        z, xBC, dt = self.in_proj(u).split([E, E + 2 * GN, H], dim=-1)
-        fusable = unlimited(s.dt_limit) and log_decay.dtype == torch.float32  # as step_sizes' dt_step
-        fn = kernels.get("conv_dt", u) if fusable else None  # the conv and the step sizes in one launch
-        fused = kernels.run("conv_dt", fn, xBC, conv_state, self.conv1d.weight, self.conv1d.bias, dt, self.dt_bias,
-                            self.A_log, log_decay) if fn is not None else None
-        if fused is not None:
-            xBC, dt, A = fused
-        else:
-            xBC = conv_step(xBC, self.conv1d.weight, self.conv1d.bias, conv_state)
-            dt, A = step_sizes(dt, self.dt_bias, self.A_log, s.dt_limit, log_decay)
-        x, B, C = xBC.split([E, GN, GN], dim=-1)
-        # h = exp(dt A) h + dt B x;  y = C h   (Mamba-2 paper eq. 1, a scalar A per head)
-        y = state_update(ssm_state, x.view(b, H, s.headdim), dt, A, B.view(b, s.ngroups, s.d_state),
-                         C.view(b, s.ngroups, s.d_state), D=self.D)  # + D x
-        return self.out_proj(self.norm(y.reshape(b, E), z))
-
-
-class Mamba1Mixer(nn.Module):
-    """mamba_ssm.modules.mamba_simple.Mamba (decay per channel and state dimension)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        s = cfg.ssm_cfg
-        self.cfg = cfg
-        E, N, R = cfg.d_inner, s.d_state, cfg.dt_rank
-        self.in_proj = nn.Linear(cfg.d_model, 2 * E, bias=s.bias)  # -> x, z
-        self.conv1d = nn.Conv1d(E, E, s.d_conv, groups=E, padding=s.d_conv - 1, bias=s.conv_bias)
-        self.x_proj = nn.Linear(E, R + 2 * N, bias=False)  # -> dt (low rank), B, C
-        self.dt_proj = nn.Linear(R, E, bias=True)
-        with torch.no_grad():
-            nn.init.uniform_(self.dt_proj.weight, -R ** -0.5, R ** -0.5)
-            self.dt_proj.bias.copy_(_inv_softplus_dt(cfg, E))
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(E, 1))
-        self.D = nn.Parameter(torch.ones(E))
-        self.out_proj = nn.Linear(E, cfg.d_model, bias=s.bias)
-        self.bcdt_rms_eps = s.bcdt_rms_eps  # Falcon-Mamba: dt, B, C each RMS-normalised (no weight); None: off
-
-    def _bcdt(self, dtBC: Tensor) -> list[Tensor]:
-        """x_proj's output split into dt (low rank), B, C; for Falcon-Mamba each RMS-normalised in float32."""
-        N, eps = self.cfg.ssm_cfg.d_state, self.bcdt_rms_eps
-        parts = dtBC.split([self.cfg.dt_rank, N, N], dim=-1)
-        return list(parts) if eps is None else [(f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + eps)).to(t.dtype)
-                                                for t, f in ((t, upcast(t)[0]) for t in parts)]
-
-    def forward(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor, lengths: Tensor | None):
-        """u [b, t, D]; conv_state [b, E, K-1]; ssm_state [b, E, N]; lengths [b] or None.
-        Returns out [b, t, D], conv_state, ssm_state, log_decay [b, E, N]."""
-        t = u.shape[1]
-        x, z = self.in_proj(u).chunk(2, dim=-1)  # [b, t, E] each
-        x, conv_state = causal_conv(x.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
-                                    conv_state, lengths)  # x [b, E, t]
-        dt, B, C = self._bcdt(self.x_proj(x.transpose(1, 2)))
-        dt = F.softplus(upcast(self.dt_proj(dt))[0])  # [b, t, E], float32 decay math
-        if lengths is not None:
-            dt = dt * (torch.arange(t, device=u.device)[None, :] < lengths[:, None])[..., None]
-        A = -torch.exp(upcast(self.A_log)[0])  # [E, N]
-        y, ssm_state, log_decay = selective_scan(x, dt.transpose(1, 2), A, B.transpose(1, 2),
-                                                 C.transpose(1, 2), ssm_state)
-        y = y.to(x.dtype) + x * self.D[:, None].to(x.dtype)  # [b, E, t]
-        y = y.transpose(1, 2) * F.silu(z)
-        return self.out_proj(y), conv_state, ssm_state, log_decay
-
-    def step(self, u: Tensor, conv_state: Tensor, ssm_state: Tensor, log_decay: Tensor) -> Tensor:
-        """One token: u [b, D]; conv_state [b, E, K-1], ssm_state [b, E, N] and log_decay [b, E, N]
-        (+= the step's dt·A) updated IN PLACE. Returns out [b, D]."""
-        x, z = self.in_proj(u).chunk(2, dim=-1)  # [b, E] each
-        x = conv_step(x, self.conv1d.weight, self.conv1d.bias, conv_state)
-        dt, B, C = self._bcdt(self.x_proj(x))
-        dt = F.softplus(upcast(self.dt_proj(dt))[0])  # [b, E]
-        A = -torch.exp(upcast(self.A_log)[0])  # [E, N]
-        # h = exp(dt A) h + dt B x;  y = Σ_n C h   (Mamba-1, per channel and state dimension)
-        y = state_update(ssm_state, x, dt, A, B, C, D=self.D)  # + D x
-        log_decay += (dt[..., None] * A).view(log_decay.shape)
-        return self.out_proj(y * F.silu(z))
-
-
-def _add_norm(norm: nn.Module, out: Tensor | None, residual: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def _add_norm(norm: nn.Module, out: Tensor | None, residual: Tensor, dtype: torch.dtype,
+              fuse: bool = True) -> tuple[Tensor, Tensor]:
     """A block's pre-norm: residual += out (the previous mixer's output; None before the first
     block), then norm(residual) in `dtype`. Returns (normed, residual).
     On CUDA with mamba-ssm (RMSNorm), one fused kernel as mamba_ssm's fused_add_norm: it normalises
     the float32 residual itself, where the reference (as transformers' Mamba2) rounds it to `dtype`
-    first: the same up to that rounding (none in float32)."""
-    fn = kernels.get("addnorm", residual) if isinstance(norm, RMSNorm) else None
+    first: the same up to that rounding (none in float32). fuse=False: never (the families whose
+    reference does not fuse, engine/layout.py's add_norm_kernel)."""
+    fn = kernels.get("addnorm", residual) if fuse and isinstance(norm, RMSNorm) else None
     if fn is not None:
         if out is None:
             y = kernels.run("addnorm", fn, residual.to(dtype), norm.weight, None, eps=norm.eps)
@@ -225,41 +64,80 @@ def _add_norm(norm: nn.Module, out: Tensor | None, residual: Tensor, dtype: torc
     return norm(residual.to(dtype)), residual
 
 
-class Block(nn.Module):
-    """Pre-norm residual block: h <- h + mixer(norm(h)) (mamba_ssm's Block with add+norm fused)."""
+class Layer(nn.Module):
+    """One checkpoint layer: its sub-blocks in order, each (norm name, kind, module names); the
+    modules are attributes under the family's weight names (engine/layout.py)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, config, blocks):
         super().__init__()
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_epsilon) if cfg.rms_norm else nn.LayerNorm(cfg.d_model, cfg.norm_epsilon)
-        self.mixer = Mamba2Mixer(cfg) if cfg.family == "Mamba2" else Mamba1Mixer(cfg)
+        self.plan: list[tuple[str, object, tuple[str, ...]]] = []
+        for norm, mods in blocks:
+            built = {name: kind(k).build(config) for name, k in mods}  # in order: the same random init as before
+            setattr(self, norm, _norm(config))
+            for name, m in built.items():
+                setattr(self, name, m)
+            self.plan.append((norm, kind(mods[0][1]), tuple(built)))
 
 
-class SSMLanguageModel(nn.Module):
-    def __init__(self, config: ModelConfig):
+def _norm(config) -> nn.Module:
+    rms = getattr(config, "rms_norm", True)  # every hybrid family: RMSNorm
+    return RMSNorm(config.d_model, config.norm_epsilon) if rms else nn.LayerNorm(config.d_model, config.norm_epsilon)
+
+
+class LanguageModel(nn.Module):
+    """A language model stacked from `layout_of(config)`'s layer kinds under its family's weight names."""
+
+    def __init__(self, config):
         super().__init__()
         self.config = cfg = config
+        self._layout = layout_of(config)
         self.tokenizer = None  # set by load_model
-        self.backbone = nn.Module()
-        self.backbone.embedding = nn.Embedding(cfg.padded_vocab_size, cfg.d_model)
-        self.backbone.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.backbone.norm_f = (RMSNorm(cfg.d_model, cfg.norm_epsilon) if cfg.rms_norm
-                                else nn.LayerNorm(cfg.d_model, cfg.norm_epsilon))
-        self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab_size, bias=False)
+        self._family = fam = FAMILIES[self._layout.family]
+        self._fuse = fam.mamba_ssm  # mamba_ssm's fused residual add + RMSNorm on CUDA (engine/kernels.py)
+        self._emb_mult = float(getattr(cfg, "embedding_multiplier", 1.0))  # Granite's multipliers; 1 elsewhere
+        self._res_mult = float(getattr(cfg, "residual_multiplier", 1.0))
+        self._res_fp32 = bool(getattr(cfg, "residual_in_fp32", False))  # mamba_ssm keeps the residual in float32
+        root = nn.Module()
+        setattr(self, fam.root, root)
+        setattr(root, fam.embedding, nn.Embedding(cfg.padded_vocab_size, cfg.d_model))
+        root.layers = nn.ModuleList(Layer(cfg, blocks) for blocks in sub_blocks(cfg))
+        setattr(root, fam.final_norm, _norm(cfg))
+        self.lm_head = ScaledHead(cfg.d_model, cfg.padded_vocab_size, float(getattr(cfg, "logits_scaling", 1.0)))
         self._init_weights()
         if cfg.tie_embeddings:
-            self.lm_head.weight = self.backbone.embedding.weight
+            self.lm_head.weight = self.embedding.weight
         self._fingerprint: str | None = None
 
     def _init_weights(self) -> None:
-        """mamba_ssm's _init_weights: N(0, 0.02) embeddings, zero biases, out_proj / sqrt(n_layer)."""
-        nn.init.normal_(self.backbone.embedding.weight, std=0.02)
-        for layer in self.backbone.layers:
+        """N(0, 0.02) embeddings; a pure Mamba's as mamba_ssm's _init_weights: zero biases and
+        out_proj / sqrt(n_layer) too (a hybrid's layers keep their modules' own init)."""
+        nn.init.normal_(self.embedding.weight, std=0.02)
+        if not self._family.mamba_ssm:
+            return
+        for layer in self.layers:
             with torch.no_grad():
                 nn.init.kaiming_uniform_(layer.mixer.out_proj.weight, a=math.sqrt(5))
                 layer.mixer.out_proj.weight /= math.sqrt(self.config.n_layer)
                 for lin in (layer.mixer.in_proj, layer.mixer.out_proj):
                     if lin.bias is not None:
                         nn.init.zeros_(lin.bias)
+
+    @property
+    def layout(self) -> Layout:
+        """The model's family, layer kinds and state parts (engine/layout.py): what callers ask."""
+        return self._layout
+
+    @property
+    def embedding(self) -> nn.Embedding:
+        return getattr(getattr(self, self._family.root), self._family.embedding)
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return getattr(self, self._family.root).layers
+
+    @property
+    def final_norm(self) -> nn.Module:
+        return getattr(getattr(self, self._family.root), self._family.final_norm)
 
     # ---- states ----------------------------------------------------------------------------
     @property
@@ -268,13 +146,13 @@ class SSMLanguageModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.backbone.embedding.weight.device
+        return self.embedding.weight.device
 
     def empty_state(self) -> ContextState:
         return ContextState.zeros(self.state_shapes, device=self.device)
 
     def _state_dtype(self) -> torch.dtype:
-        return torch.float64 if self.backbone.embedding.weight.dtype == torch.float64 else torch.float32
+        return torch.float64 if self.embedding.weight.dtype == torch.float64 else torch.float32
 
     def _batched_state(self, state: ContextState | None, b: int) -> ContextState:
         """Validate `state` and return it as a batch of b rows on this model's device."""
@@ -308,39 +186,57 @@ class SSMLanguageModel(nn.Module):
     def hidden_states(self, ids: Tensor, state: ContextState | None = None,
                       lengths: Tensor | None = None) -> tuple[Tensor, ContextState]:
         """Final-norm hidden states [b, t, D] and the new batched state. `lengths` marks right padding.
-        On CUDA, short forwards replay a CUDA graph (engine/graphs.py) instead of launching each op."""
+        On CUDA, short forwards of a model without attention layers replay a CUDA graph
+        (engine/graphs.py) instead of launching each op."""
         ids = self._check_ids(ids)
         b, t = ids.shape
         st = self._batched_state(state, b)
-        out = graphs.forward(self, ids, st, lengths)
-        if out is None:
-            out = self._hidden_core(ids, st.ssm, st.conv, st.log_decay, lengths)
-        hidden, ssm, conv, log_decay = out
         n_new = lengths.tolist() if lengths is not None else [t] * b
-        new = ContextState(ssm=ssm, conv=conv, log_decay=log_decay,
-                           num_tokens=tuple(int(a) + int(n) for a, n in zip(st.num_tokens, n_new)))
-        return hidden, new
+        num_tokens = tuple(int(a) + int(n) for a, n in zip(st.num_tokens, n_new))
+        if not self.layout.has_attention:
+            out = graphs.forward(self, ids, st, lengths)
+            if out is None:
+                out = self._hidden_core(ids, st.ssm, st.conv, st.log_decay, lengths)
+            hidden, ssm, conv, log_decay = out
+            return hidden, ContextState(ssm=ssm, conv=conv, log_decay=log_decay, num_tokens=num_tokens)
+        after = tuple(int(a) + int(n) for a, n in zip(st.kv_lengths, n_new))
+        hidden, ssm, conv, log_decay, keys, values = self._hidden_core(
+            ids, st.ssm, st.conv, st.log_decay, lengths, (st.keys, st.values, st.kv_lengths, max(after)))
+        return hidden, ContextState(ssm, conv, log_decay, num_tokens, keys, values, after)
+
+    def _embed(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """The embedding (Granite's multiplier applied) and the residual stream it starts (float32
+        where the family keeps it so)."""
+        h = self.embedding(ids)
+        if self._emb_mult != 1.0:
+            h = h * self._emb_mult
+        return h, (h.float() if self._res_fp32 and h.dtype != torch.float64 else h)
 
     def _hidden_core(self, ids: Tensor, ssm_in: Tensor, conv_in: Tensor, log_decay_in: Tensor,
-                     lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The forward on validated ids [b, t] from batched state tensors [b, L, ...]: the hidden
-        states and the new ssm, conv and log_decay tensors. No host synchronisation, so a CUDA
-        graph can capture it (engine/graphs.py)."""
-        b = ids.shape[0]
-        cfg = self.config
-        hidden = self.backbone.embedding(ids)  # [b, t, D]
-        residual = hidden.float() if cfg.residual_in_fp32 and hidden.dtype != torch.float64 else hidden
-        ssm, conv, decay, out = [], [], [], None
-        for i, layer in enumerate(self.backbone.layers):
+                     lengths: Tensor | None, kv: tuple | None = None) -> tuple[Tensor, ...]:
+        """The layers on validated ids [b, t] from batched state tensors [b, L, ...]: the hidden
+        states and the new ssm, conv and log_decay tensors; with `kv` (keys, values, kv_lengths, the
+        positions the longest row holds after: a model with attention layers), its new keys and values
+        after them. Without kv no host synchronisation, so a CUDA graph can capture it (engine/graphs.py)."""
+        run = ChunkRun(ssm_in, conv_in, log_decay_in, lengths, kv)
+        h, residual = self._embed(ids)  # [b, t, D]
+        out = None
+        for layer in self.layers:
             check()  # a served job past its time limit stops here (picaso_core.light.deadline); nothing when none is set
-            normed, residual = _add_norm(layer.norm, out, residual, hidden.dtype)  # residual += the last out
-            out, c, s, ld = layer.mixer(normed, conv_in[:, i], ssm_in[:, i], lengths)
-            conv.append(c)
-            ssm.append(s.to(c.dtype))
-            decay.append(ld.view(b, -1, 1, 1) if cfg.family == "Mamba2" else ld)
-        hidden = _add_norm(self.backbone.norm_f, out, residual, hidden.dtype)[0]
-        log_decay = log_decay_in + torch.stack(decay, 1).to(log_decay_in.dtype)  # A(u u') = A(u') A(u)
-        return hidden, torch.stack(ssm, 1), torch.stack(conv, 1), log_decay
+            for norm, k, names in layer.plan:
+                normed, residual = _add_norm(getattr(layer, norm), out, residual, h.dtype, self._fuse)  # += the last out
+                out = k.chunk([getattr(layer, n) for n in names], normed, run)
+                if self._res_mult != 1.0:
+                    out = out * self._res_mult
+        hidden = _add_norm(self.final_norm, out, residual, h.dtype, self._fuse)[0]
+        stack = lambda parts, empty: torch.stack(parts, 1) if parts else empty  # noqa: E731 (none: a layer-less part)
+        log_decay = log_decay_in + stack(run.decay, log_decay_in).to(log_decay_in.dtype)  # A(u u') = A(u') A(u)
+        core = (hidden, stack(run.ssm, ssm_in), stack(run.conv, conv_in), log_decay)
+        if kv is None:
+            return core
+        cfg = self.config
+        kv0 = run.keys_in.new_zeros(ids.shape[0], 0, cfg.n_kv_heads, run.total, cfg.head_dim)
+        return (*core, stack(run.keys, kv0), stack(run.values, kv0))
 
     def forward(self, ids: Tensor, state: ContextState | None = None) -> tuple[Tensor, ContextState]:
         """ids [b, t] from `state` (None: empty; single: shared by all rows; batched: one per row).
@@ -428,33 +324,48 @@ class SSMLanguageModel(nn.Module):
         return out
 
     # ---- recurrent decode (picaso_core/engine/decode.py drives the loop) ---------------------------
-    def _step_(self, ids: Tensor, ssm: Tensor, conv: Tensor, log_decay: Tensor) -> Tensor:
+    def _step_(self, ids: Tensor, ssm: Tensor, conv: Tensor, log_decay: Tensor,
+               cache: KVCache | None = None) -> Tensor:
         """One token per row, updating the batched state tensors IN PLACE; logits [b, V] float32.
-        ssm, conv, log_decay [b, L, ...] with every layer's slice contiguous (`layer_major`)."""
-        cfg = self.config
-        hidden = self.backbone.embedding(ids)  # [b, D]
-        residual = hidden.float() if cfg.residual_in_fp32 and hidden.dtype != torch.float64 else hidden
+        ssm, conv, log_decay [b, L, ...] with every layer's slice contiguous (`layer_major`); `cache`:
+        the attention layers' keys and values (a model with attention layers), also updated in place."""
+        if cache is not None:
+            cache.reserve()
+        run = StepRun(ssm, conv, log_decay, cache)
+        h, residual = self._embed(ids)  # [b, D]
         out = None
-        for i, layer in enumerate(self.backbone.layers):
+        for layer in self.layers:
             check()  # as in _hidden_core: a job past its time limit stops at the next layer
-            normed, residual = _add_norm(layer.norm, out, residual, hidden.dtype)  # residual += the last out
-            out = layer.mixer.step(normed, conv[:, i], ssm[:, i], log_decay[:, i])
-        return upcast(self.lm_head(_add_norm(self.backbone.norm_f, out, residual, hidden.dtype)[0]))[0]
+            for norm, k, names in layer.plan:
+                normed, residual = _add_norm(getattr(layer, norm), out, residual, h.dtype, self._fuse)
+                out = k.step([getattr(layer, n) for n in names], normed, run)
+                if self._res_mult != 1.0:
+                    out = out * self._res_mult
+        if cache is not None:
+            cache.advance()
+        return upcast(self.lm_head(_add_norm(self.final_norm, out, residual, h.dtype, self._fuse)[0]))[0]
 
     @torch.no_grad()
     def step(self, token_ids: Tensor, state: ContextState | None = None) -> tuple[Tensor, ContextState]:
         """One recurrent step: token_ids [b] (one token per row) read from `state` (None: empty;
         single: shared; batched: one per row). Returns logits [b, V] (float32) and the new batched
         state, equal to `forward(token_ids[:, None], state)`'s last position and state, in O(1)
-        of the tokens before: the conv window rolls, the SSM state is updated in closed form."""
+        of the tokens before: the conv window rolls, the SSM state is updated in closed form; each
+        attention layer appends one position to its keys and values."""
         if not isinstance(token_ids, Tensor) or token_ids.dim() != 1:
             raise ValueError("token_ids must be a LongTensor of shape [batch] (one token per row)")
         ids = self._check_ids(token_ids[:, None])[:, 0]
         st = self._batched_state(state, ids.shape[0])
         ssm, conv, log_decay = layer_major(st)
-        logits = self._step_(ids, ssm, conv, log_decay)
-        return logits, ContextState(ssm.contiguous(), conv.contiguous(), log_decay.contiguous(),  # batch-major
-                                    tuple(int(n) + 1 for n in st.num_tokens))
+        cache = KVCache(st, reserve=1) if self.layout.has_attention else None
+        logits = self._step_(ids, ssm, conv, log_decay, cache)
+        num_tokens = tuple(int(n) + 1 for n in st.num_tokens)
+        if cache is None:
+            return logits, ContextState(ssm.contiguous(), conv.contiguous(), log_decay.contiguous(),  # batch-major
+                                        num_tokens)
+        keys, values, kv_len = cache.state()
+        return logits, ContextState(ssm.contiguous(), conv.contiguous(), log_decay.contiguous(), num_tokens,
+                                    keys, values, kv_len)
 
     @torch.no_grad()
     def generate_batch(self, prompt_ids, states: Sequence[ContextState | None] | ContextState,
@@ -479,10 +390,14 @@ class SSMLanguageModel(nn.Module):
         path = kernels.describe(dev, self.config.family)
         if dev.type == "cuda":
             path += "; short forwards: " + ("CUDA graphs" if graphs.ENABLED else "eager (PICASO_CUDA_GRAPHS=0)")
+        if self.layout.has_attention:
+            path += "; attention: torch SDPA"
         return path
 
     def extra_repr(self) -> str:
-        return f"{self.config.family}, {self.config.n_layer} layers, d_model {self.config.d_model}; {self.kernel_path()}"
+        lay, c = self.layout, self.config
+        kinds = "" if lay.pure_ssm else f" ({lay.n_state_layers} Mamba-2, {len(lay.attention_layers)} attention)"
+        return f"{c.family}, {c.n_layer} layers{kinds}, d_model {c.d_model}; {self.kernel_path()}"
 
     def fingerprint(self, refresh: bool = False) -> str:
         """sha256 of the config and every weight: states stored by one model are refused by another.
@@ -494,3 +409,14 @@ class SSMLanguageModel(nn.Module):
                 h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
             self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
+
+
+class SSMLanguageModel(LanguageModel):
+    """A pure Mamba-1 / Mamba-2 language model in mamba_ssm's names (backbone.*): a LanguageModel of a
+    ModelConfig. Its checkpoints load as they are; transformers' names are mapped in loading.py."""
+
+    def __init__(self, config):
+        if getattr(config, "family", None) not in ("Mamba1", "Mamba2"):
+            raise TypeError(f"SSMLanguageModel reads a ModelConfig (Mamba1 / Mamba2), got {type(config).__name__}; "
+                            "load_model picks the class for a checkpoint")
+        super().__init__(config)

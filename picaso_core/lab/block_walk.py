@@ -2,17 +2,16 @@
 text, with the engine's own numbers.
 
 Nothing of the mixer is re-implemented. One forward of the text (from any start state) is recorded at
-the engine's call sites: the module-level functions the mixer calls (`causal_conv`, `dt_softplus`,
-`ssd_scan`, `selective_scan` in picaso_core.engine.model, patched for this thread under the Primer's
-lock, as `picaso_core.lab.primer.capture_layers` does) and forward hooks on the mixer's own modules
+the engine's call sites: the stages the engine shows through its observation API (engine/observe.py:
+"conv", "dt", "scan", recorded for this thread only) and forward hooks on the mixer's own modules
 (its input, in_proj, dt_proj, the gated norm, out_proj). What the walk adds is display
 arithmetic on those recordings: the residual stream (the embedding plus each block's out, as the
 engine adds them) and the decay exp(Δ A) of the recorded Δ and A. The state after every token (the
 scan returns only the last one) and Mamba-1's read-out with its skip y + D x (its forward adds the
 skip inline) are the engine's too: the text is read a second time through the engine's recurrent
 `model.step`, one token at a time from the same start, keeping each step's returned state and what
-each layer's `state_update` returned (equal to `encode_context` of every prefix, and to the scan's
-read-out: tests/lab/test_block_walk.py).
+each layer's read-out stage ("readout", state_update) returned (equal to `encode_context` of every
+prefix, and to the scan's read-out: tests/lab/test_block_walk.py).
 
 Glossary (the Primer's): T tokens, D d_model, E d_inner, H heads, P head dim, N state size, G groups,
 K conv width. A Mamba-1 "head" here is a group of GROUP consecutive channels (each its own state [N]
@@ -30,14 +29,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-import picaso_core.engine.model as engine
+from picaso_core.engine import observe
 from picaso_core.engine.state import ContextState
-from picaso_core.lab.primer import _capture_lock  # one lock for every patch of the engine's names (no interleaving)
 
 GROUP = 16  # Mamba-1: channels shown together as one "head"
 SMALL = 256  # /block_walk: tensors up to this many numbers are sent whole, larger ones summarised
 STAGES = ("norm", "in_proj", "conv", "dt", "state", "readout", "gate", "out")
-_PATCHED = ("causal_conv", "dt_softplus", "ssd_scan", "selective_scan")
 
 
 # ---- recording ------------------------------------------------------------------------------------
@@ -45,18 +42,13 @@ _PATCHED = ("causal_conv", "dt_softplus", "ssd_scan", "selective_scan")
 def _recorded(model):
     """Record one forward of `model` in this thread: per layer, what each call site saw and returned.
     Yields the list of per-layer dicts (filled as the forward runs) and a dict for the embedding."""
-    me, layers, top, cur = threading.get_ident(), [{} for _ in model.backbone.layers], {}, [0]
+    me, layers, top, cur = threading.get_ident(), [{} for _ in model.layers], {}, [0]
 
     def mine() -> bool:
         return threading.get_ident() == me
 
-    def wrap(name, fn):
-        def call(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            if mine():
-                layers[cur[0]][name] = (args, out)
-            return out
-        return call
+    def note(name, args, out):  # the engine's stages (engine/observe.py), this thread's only
+        layers[cur[0]][name] = (args, out)
 
     def keep(i, name, inputs=False):
         def hook(module, args, out):
@@ -71,8 +63,8 @@ def _recorded(model):
                 layers[i]["u"] = args[0]
         return pre
 
-    handles = [model.backbone.embedding.register_forward_hook(lambda m, a, out: top.update(embed=out) if mine() else None)]
-    for i, block in enumerate(model.backbone.layers):
+    handles = [model.embedding.register_forward_hook(lambda m, a, out: top.update(embed=out) if mine() else None)]
+    for i, block in enumerate(model.layers):
         mx = block.mixer
         handles.append(mx.register_forward_pre_hook(enter(i)))
         handles.append(mx.in_proj.register_forward_hook(keep(i, "in_proj")))
@@ -80,17 +72,12 @@ def _recorded(model):
         for name in ("norm", "dt_proj"):  # Mamba-2's gated norm (y + D x, z in); Mamba-1's Δ before softplus
             if isinstance(getattr(mx, name, None), torch.nn.Module):
                 handles.append(getattr(mx, name).register_forward_hook(keep(i, name, inputs=True)))
-    with _capture_lock:
-        saved = {n: getattr(engine, n) for n in _PATCHED}
-        for n, fn in saved.items():
-            setattr(engine, n, wrap(n, fn))
-        try:
+    try:
+        with observe.recording(note):
             yield layers, top
-        finally:
-            for n, fn in saved.items():
-                setattr(engine, n, fn)
-            for h in handles:
-                h.remove()
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _f(t: Tensor) -> Tensor:
@@ -122,10 +109,10 @@ def record(model, ids: Sequence[int], start: ContextState | None = None,
     resid = top["embed"][0]
     resid = resid.float() if cfg.residual_in_fp32 and resid.dtype != torch.float64 else resid
     out, wanted = [], set(range(cfg.n_layer) if layers is None else layers)
-    for i, (L, block) in enumerate(zip(recorded, model.backbone.layers)):
+    for i, (L, block) in enumerate(zip(recorded, model.layers)):
         mx = block.mixer
-        (cx, _w, _b, cstate, *_), (conv_y, _) = L["causal_conv"]
-        scan_args, (y_scan, h_last, _) = L["ssd_scan" if fam == "Mamba2" else "selective_scan"]
+        (cx, _w, _b, cstate, *_), (conv_y, _) = L["conv"]
+        scan_args, (y_scan, h_last, _) = L["scan"]
         x, dt, A, B, C = (_f(t) for t in scan_args[:5])
         h0 = scan_args[-1] if len(scan_args) > 5 else None
         o = {"resid_in": _f(resid), "normed": _f(L["u"][0]), "in_proj": _f(L["in_proj"][0]),
@@ -139,7 +126,7 @@ def record(model, ids: Sequence[int], start: ContextState | None = None,
             o.update(x=x[0], dt=dt[0], A=A[:, None].expand(H, B.shape[-1]).clone(),
                      B=B[0].repeat_interleave(r, 1), C=C[0].repeat_interleave(r, 1), y_scan=_f(y_scan[0]),
                      y=_f(norm_args[0][0]).unflatten(-1, (H, -1)), z=_f(norm_args[1][0]),
-                     dt_raw=_f(L["dt_softplus"][0][0][0]), D=_f(mx.D), h_last=_f(h_last[0]))
+                     dt_raw=_f(L["dt"][0][0][0]), D=_f(mx.D), h_last=_f(h_last[0]))
         else:  # u, delta [1,E,T], A [E,N], B, C [1,N,T], y [1,E,T], h0 [1,E,N]
             E = x.shape[1]
             Dp = _f(mx.D)
@@ -164,29 +151,22 @@ def stepped(model, ids: Tensor | Sequence[int], start: ContextState | None,
             layers: Sequence[int]) -> tuple[Tensor, Tensor]:
     """The states of `layers` after every token of `ids`, and every layer's read-out, as the engine's
     recurrent decode makes them: `model.step` one token at a time from `start` (None: zeros), keeping
-    each returned state's SSM part and what each layer's `state_update` call returned (y = C·h + D·x,
-    the engine's call site, wrapped for this thread under the Primer's lock). Returns
+    each returned state's SSM part and what each layer's read-out stage returned (y = C·h + D·x,
+    recorded at the engine's call site for this thread, engine/observe.py). Returns
     h [T, len(layers), H, P, N] (Mamba-1 [T, len(layers), E, N]; a state is large: 48 tokens of every
     layer of a Mamba-2 370m are 2.4 GB) and y [T, L, H, P] (Mamba-1 [T, L, E]), float32 CPU."""
     layers = list(layers)
-    me, ys = threading.get_ident(), []
-    fn = engine.state_update
+    ys = []
 
-    def call(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        if threading.get_ident() == me:
-            ys.append(_f(out[0]))  # one row; the layers are called in order, once per token
-        return out
+    def note(name, args, out):  # the read-out stage of each layer's step, in layer order (engine/observe.py)
+        if name == "readout":
+            ys.append(_f(out[0]))  # one row
 
     hs, st = [], start
-    with torch.no_grad(), _capture_lock:
-        engine.state_update = call
-        try:
-            for tok in torch.as_tensor(list(ids), dtype=torch.long):
-                _, st = model.step(tok[None].to(model.device), st)
-                hs.append(_f(st.ssm[0, layers]))
-        finally:
-            engine.state_update = fn
+    with torch.no_grad(), observe.recording(note):
+        for tok in torch.as_tensor(list(ids), dtype=torch.long):
+            _, st = model.step(tok[None].to(model.device), st)
+            hs.append(_f(st.ssm[0, layers]))
     L = model.config.n_layer
     if len(ys) != L * len(hs):
         raise RuntimeError(f"recorded {len(ys)} read-outs for {len(hs)} tokens x {L} layers")

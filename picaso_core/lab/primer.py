@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 from typing import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-import picaso_core.engine.model as engine
+from picaso_core.engine import observe
+from picaso_core.engine.layout import layout_of
 
 DEFAULT_TOL = 0.01  # "memory" = steps until an input's weight falls below 1% of what it was
 
@@ -209,33 +209,17 @@ def impulse_responses(lams: Sequence, T: int) -> dict:
     return {"t": list(range(T)), "responses": out}
 
 
-_capture_lock = threading.Lock()
-
-
 @contextlib.contextmanager
 def _recorded_scans():
     """Record every scan the engine runs in this thread: (args, outputs) in call order.
 
-    The scan inputs (x, Δ, A, B, C after projection and conv) live inside the mixer's forward; reading
-    them at the call site means the lab sees exactly what the engine computes, with no copy of the
-    mixer's code that could drift. Other threads' calls pass through unrecorded."""
-    calls, me = [], threading.get_ident()
-
-    def recording(fn):
-        def scan(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            if threading.get_ident() == me:
-                calls.append((args, out))
-            return out
-        return scan
-
-    with _capture_lock:
-        saved = engine.ssd_scan, engine.selective_scan
-        engine.ssd_scan, engine.selective_scan = recording(saved[0]), recording(saved[1])
-        try:
-            yield calls
-        finally:
-            engine.ssd_scan, engine.selective_scan = saved
+    The scan inputs (x, Δ, A, B, C after projection and conv) live inside the mixer's forward; the
+    engine shows them at its call site (engine/observe.py, stage "scan"), so the lab sees exactly what
+    the engine computes, with no copy of the mixer's code that could drift. Other threads' calls pass
+    through unrecorded."""
+    calls = []
+    with observe.recording(lambda name, args, out: calls.append((args, out)) if name == "scan" else None):
+        yield calls
 
 
 @torch.no_grad()
@@ -254,7 +238,7 @@ def capture_layers(model, ids: Sequence[int]) -> list[dict]:
     for args, out in calls:
         x, dt, A, B, C = (t.detach().float().cpu() for t in args[:5])
         y = out[0].detach().float().cpu()
-        if model.config.ssm_cfg.layer == "Mamba2":  # x [1,T,H,P], dt [1,T,H], A [H], B, C [1,T,G,N]
+        if model.layout.ssm_kind == "mamba2":  # x [1,T,H,P], dt [1,T,H], A [H], B, C [1,T,G,N]
             H, r = x.shape[2], x.shape[2] // B.shape[2]
             layers.append({"x": x[0], "dt": dt[0], "A": A[:, None].expand(H, B.shape[-1]),
                            "B": B[0].repeat_interleave(r, 1), "C": C[0].repeat_interleave(r, 1), "y": y[0]})
@@ -268,9 +252,8 @@ def capture_layers(model, ids: Sequence[int]) -> list[dict]:
 
 def mamba_layers(config) -> list[int]:
     """The checkpoint's layer number of each scan layer capture_layers returns: every layer of a pure
-    SSM, the Mamba layers of a hybrid (its `layer_types`)."""
-    types = getattr(config, "layer_types", None)
-    return list(range(config.n_layer)) if types is None else [i for i, t in enumerate(types) if t == "mamba"]
+    SSM, the Mamba layers of a hybrid (its layout's ssm_layers)."""
+    return list(layout_of(config).ssm_layers)
 
 
 def decay_profile(model, ids: Sequence[int], tol: float = DEFAULT_TOL) -> dict:

@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from picaso_core.engine.layers.kind import LayerKind
 from picaso_core.engine.state import ContextState
 
 
@@ -127,3 +128,27 @@ class Attention(nn.Module):
         n = cache.longest + 1
         mask = (torch.arange(n, device=x.device) <= cache.lengths[:, None])[:, None, None, :]
         return self._attend(q, keys[:, :, :n], values[:, :, :n], mask)[:, 0]
+
+
+# ---- the kind ---------------------------------------------------------------------------------
+def _build(cfg) -> Attention:
+    return Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.attention_bias, cfg.attention_scale,
+                     cfg.rope_theta, cfg.rotary_dim)
+
+
+def _chunk(mods, x: Tensor, run) -> Tensor:
+    a = len(run.keys)
+    out, k, v = mods[0](x, run.keys_in[:, a], run.values_in[:, a], run.kv_len, run.aligned, run.total)
+    run.keys.append(k)
+    run.values.append(v)
+    return out
+
+
+def _step(mods, x: Tensor, run) -> Tensor:
+    a = run.a
+    run.a += 1
+    return mods[0].step(x, run.cache, a)
+
+
+KIND = LayerKind("attention", "attention", "kv", _build, _chunk, _step,
+                 {"nemotron_h": "mixer", "granitemoehybrid": "self_attn", "bamba": "self_attn"})

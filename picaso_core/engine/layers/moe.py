@@ -1,13 +1,10 @@
-"""The stateless blocks of a hybrid: dense MLPs and mixtures of experts, in each family's weight names.
+"""Layer kind "moe": mixtures of experts, in each family's weight names.
 
-    UpDownMLP    Nemotron-H:  down(act(up(x)))                    act relu² (relu(x)²)
-    GatedMLP     Bamba:       down(act(gate(x)) * up(x))          act SiLU
-    GraniteMLP   Granite-4.0-H: output_linear(act(a) * b), [a, b] = input_linear(x)
     GraniteMoE   Granite's routed experts: softmax over the top-k router logits, gated SiLU experts
+                 (summed with the layer's shared_mlp, kind "mlp", in the same sub-block)
     NemotronMoE  Nemotron-H's: sigmoid router with a score-correction bias and group-limited top-k,
                  non-gated relu² experts, a shared expert, optional latent projections
-They act on the last dimension of x [..., D] and carry no state: a token's output depends on that
-token alone, so a context's state never holds anything of them.
+Like the MLPs they carry no state: a token's output depends on that token alone.
 """
 
 from __future__ import annotations
@@ -17,40 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-ACT = {"silu": F.silu, "relu": F.relu, "relu2": lambda x: F.relu(x).square(), "gelu": F.gelu,
-       "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh")}
-
-
-class UpDownMLP(nn.Module):
-    def __init__(self, d: int, inner: int, act: str, bias: bool = False):
-        super().__init__()
-        self.up_proj, self.down_proj = nn.Linear(d, inner, bias=bias), nn.Linear(inner, d, bias=bias)
-        self.act = ACT[act]
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act(self.up_proj(x)))
-
-
-class GatedMLP(nn.Module):
-    def __init__(self, d: int, inner: int, act: str, bias: bool = False):
-        super().__init__()
-        self.gate_proj, self.up_proj = nn.Linear(d, inner, bias=bias), nn.Linear(d, inner, bias=bias)
-        self.down_proj = nn.Linear(inner, d, bias=bias)
-        self.act = ACT[act]
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
-
-
-class GraniteMLP(nn.Module):
-    def __init__(self, d: int, inner: int, act: str):
-        super().__init__()
-        self.input_linear, self.output_linear = nn.Linear(d, 2 * inner, bias=False), nn.Linear(inner, d, bias=False)
-        self.act = ACT[act]
-
-    def forward(self, x: Tensor) -> Tensor:
-        a, b = self.input_linear(x).chunk(2, dim=-1)
-        return self.output_linear(self.act(a) * b)
+from picaso_core.engine.layers.kind import LayerKind, stateless_chunk
+from picaso_core.engine.layers.mlp import ACT, UpDownMLP
 
 
 def _run_experts(x: Tensor, idx: Tensor, weights: Tensor, expert) -> Tensor:
@@ -131,3 +96,15 @@ class NemotronMoE(nn.Module):
         y = _run_experts(h, idx, w, self._expert)
         y = self.fc2_latent_proj(y) if self.latent else y
         return y.view(x.shape) + self.shared_experts(x)
+
+
+# ---- the kind ---------------------------------------------------------------------------------
+def _build(cfg) -> nn.Module:
+    if cfg.model_type == "granitemoehybrid":
+        return GraniteMoE(cfg.d_model, cfg.moe_intermediate_size, cfg.n_experts, cfg.experts_per_token, cfg.mlp_act)
+    return NemotronMoE(cfg.d_model, cfg.moe_intermediate_size, cfg.n_experts, cfg.experts_per_token, cfg.mlp_act,
+                       cfg.moe, cfg.mlp_bias)
+
+
+KIND = LayerKind("moe", "MoE", None, _build, stateless_chunk, stateless_chunk,
+                 {"nemotron_h": "mixer", "granitemoehybrid": "block_sparse_moe"})
