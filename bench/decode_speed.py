@@ -68,13 +68,14 @@ def build(shape: str, device: str, dtype: torch.dtype, rows: int):
     model = make_model(shape, device, dtype)
     if shape == "demo":
         from picaso_core.data import load_corpus
-        from picaso_core.analysis.evaluate import METHODS, _build_state
+        from picaso_core.analysis.evaluate import METHODS
+        from picaso_core.compose import build_state
 
         s = load_corpus("demo", "test").samples[0]
         tok = model.tokenizer
         ctx = [tok.encode(t) for _, t in s.contexts]
         store = model.encode_contexts(ctx)
-        states = [_build_state(model, m, ctx, store) for m in METHODS]
+        states = [build_state(model, m, ctx, store) for m in METHODS]
         return model, tok.encode(s.query), (states * rows)[:rows]
     g = torch.Generator().manual_seed(1)
     ctx = [torch.randint(0, 50277, (60 + 20 * i,), generator=g).tolist() for i in range(rows)]

@@ -163,7 +163,8 @@ def demo_lengths_inputs(k: int = 10):
 
 @no_grad
 def click(args, model) -> dict:
-    from picaso_core.analysis.evaluate import _build_state, run_methods
+    from picaso_core.analysis.evaluate import run_methods
+    from picaso_core.compose import build_state
 
     ctx, q, c = demo_lengths_inputs(10)
     set_way("torch")
@@ -186,7 +187,7 @@ def click(args, model) -> dict:
         set_way(way)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        st = _build_state(model, method, ctx, store)
+        st = build_state(model, method, ctx, store)
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         out = model.continuation_losses(q, c, [st])  # a list of floats: synchronised
@@ -217,11 +218,11 @@ def where(args, model) -> dict:
     time at the 2.7b shape, kernels + graphs and kernels eager: the top GPU ops by total time."""
     from torch.profiler import ProfilerActivity, profile as tprofile
 
-    from picaso_core.analysis.evaluate import _build_state
+    from picaso_core.compose import build_state
 
     ctx, q, c = demo_lengths_inputs(10)
     store = model.encode_contexts(ctx)
-    st = _build_state(model, "picaso_r", ctx, store)
+    st = build_state(model, "picaso_r", ctx, store)
     out = {}
     for way in ("kernels+graphs", "kernels"):
         set_way(way)

@@ -15,8 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 API = ROOT / "docs" / "api.md"
-LAZY = ("picaso_core.engine", "picaso_core.retrieval", "picaso_core.analysis", "picaso_core.finetune", "picaso_core.lab",
-        "picaso_core.lab.coffee", "picaso_core.store")
+LAZY = ("picaso_core.engine", "picaso_core.compose", "picaso_core.retrieval", "picaso_core.analysis", "picaso_core.finetune",
+        "picaso_core.lab", "picaso_core.lab.coffee", "picaso_core.store")
 
 
 def sections(text: str) -> dict[str, dict]:

@@ -1,7 +1,8 @@
 """A byte-budgeted cache of composed states, keyed the way each composition method allows.
 
 A composed state depends on the model, the stored context states (the store), and the contexts
-in the order the method sees them. Many methods ignore some of that order, and so may their keys:
+in the order the method sees them. Many methods ignore some of that order, and so may their keys
+(each method's `order` in the registry, picaso_core/compose/registry.py):
 
     set       soup, picaso_s        invariant to any permutation: keyed by the sorted ids
     rotation  picaso_r, picconcat_r invariant to cyclic shifts (prop. 3; the mean over rotations):
@@ -32,10 +33,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from picaso_core.analysis.evaluate import _build_state
+from picaso_core.compose.build import build_state
+from picaso_core.compose.registry import REGISTRY
 
-KEYING = {"soup": "set", "picaso_s": "set", "picaso_r": "rotation", "picconcat_r": "rotation",
-          "concat": "sequence", "caso": "sequence"}
+KEYING = {m.name: m.order for m in REGISTRY if m.cached}  # each cached method's invariance (compose/registry.py)
 NEW = {"set": "new set", "rotation": "new rotation", "sequence": "new order"}
 DEFAULT_BUDGET = 256 << 20  # bytes: ~140 demo-sized composed states
 _FORGET = 100_000  # keys remembered for the miss reasons (a few hundred bytes each)
@@ -269,7 +270,7 @@ def cached_states(cache: ComposeCache, model, methods: Sequence[str], ids: Seque
         if m not in KEYING or not ids:
             continue
         built[m], looked[m] = cache.state(
-            m, ids, context_states, lambda order, sts, m=m: _build_state(model, m, [tokens[c] for c in order], sts, threads),
+            m, ids, context_states, lambda order, sts, m=m: build_state(model, m, [tokens[c] for c in order], sts, threads),
             model_fp=model_fp, store_fp=store_fp, keying=keying)
     return built, looked
 

@@ -19,14 +19,17 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from picaso_core.compose.build import build_state
+from picaso_core.compose.registry import label, methods_for, names
+
 if TYPE_CHECKING:
     from picaso_core.engine.state import ContextState
 
-METHODS = ("none", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r")
-METHOD_NAMES = {"none": "None", "concat": "Concat", "soup": "Soup", "caso": "CASO",
-                "picaso_s": "PICASO-S", "picaso_r": "PICASO-R", "picconcat_r": "PICConcat-R"}
-STATE_METHODS = ("soup", "caso", "picaso_s", "picaso_r")
-NEEDS_STATES = STATE_METHODS + ("concat",)  # concat starts from the first context's stored state
+# the registry's rows of a model (compose/registry.py): none, concat, soup, caso, picaso_s, picaso_r, picconcat_r
+METHODS = names(methods_for())
+METHOD_NAMES = {m: label(m, "short") for m in METHODS}  # the tables' labels ("None" for the baseline)
+STATE_METHODS = names(methods_for(), kind="state")
+NEEDS_STATES = tuple(m.name for m in methods_for() if "states" in m.needs)  # concat too: it starts from the first stored state
 
 Progress = Callable[[int, int], None]
 
@@ -51,17 +54,6 @@ def _check_methods(methods: Sequence[str]) -> tuple[str, ...]:
     if bad or not methods:
         raise ValueError(f"unknown methods {bad or '(none given)'}; valid: {', '.join(METHODS)}")
     return tuple(methods)
-
-
-def _build_state(model, method: str, context_ids, context_states, threads: int = 1) -> ContextState:
-    """The state `method` builds from the contexts; threads: see `compose.compose_tokens`."""
-    from picaso_core.compose import compose, compose_tokens  # torch: imported on first use, not by the CLI's --help
-
-    if method == "none" or not context_ids:  # the composition of no context is the identity
-        return model.empty_state()
-    if method in STATE_METHODS:  # the model: a RoPE hybrid's keys re-rotated to their joined offsets
-        return compose(method, context_states, config=model)
-    return compose_tokens(model, context_ids, method, states=context_states, threads=threads)
 
 
 def run_methods(model, query_ids, continuation_ids, context_ids, context_states=None, methods=METHODS,
@@ -109,13 +101,13 @@ def run_methods(model, query_ids, continuation_ids, context_ids, context_states=
             compose_s.append(None)
             continue
         t0 = time.perf_counter()
-        states.append(_build_state(model, method, context_ids, context_states))
+        states.append(build_state(model, method, context_ids, context_states))
         compose_s.append(time.perf_counter() - t0 if method != "none" else 0.0)
     if generate_tokens > 0:
         # every method scored and generated in one batch: the query is read once from each state
         # (its states and last logits serve both), then the continuation, then batched recurrent
         # steps (decode.score_and_generate)
-        from picaso_core.engine.decode import score_and_generate  # torch on first use, as in _build_state
+        from picaso_core.engine.decode import score_and_generate  # torch on first use, as in build_state
 
         timings: dict = {}
         losses, gens = score_and_generate(model, query_ids, continuation_ids, states, generate_tokens,

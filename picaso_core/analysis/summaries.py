@@ -12,10 +12,11 @@ import statistics
 from typing import Iterable, Sequence
 
 from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS
+from picaso_core.compose.registry import label
 from picaso_core.retrieval.rankers import RETRIEVERS
 
 GAIN_KS = tuple(range(1, 11))  # the paper averages gains over 1..10 retrieved chunks (sec. 6.3.1)
-TABLE_METHODS = ("none", "soup", "caso", "picaso_r", "picaso_s", "concat", "picconcat_r")
+TABLE_METHODS = ("none", "soup", "caso", "picaso_r", "picaso_s", "concat", "picconcat_r")  # the paper's table order
 
 # The paper's numbers (Mamba-2 2.7B, zero-shot). Gains: % lower loss than the baseline, averaged
 # over k = 1..10 on WikiText (sec. 6.3.1, fig. 3); MS MARCO: table 1 row 1 (loss, all passages).
@@ -231,7 +232,7 @@ def paper_vs_ours(summary: dict) -> str:
         pg = PAPER["wikitext_gain_pct"].get(m)
         pqg = None if m not in pl else 100 * (pl["none"] - pl[m]) / pl["none"]
         lines.append(
-            f"| {METHOD_NAMES[m] if m != 'none' else 'Baseline (none)'} | {_fmt(pg, '.1f', '%')} | "
+            f"| {label(m, 'table')} | {_fmt(pg, '.1f', '%')} | "
             f"{_fmt(ours_gain.get(m), '.1f', '%') if m != 'none' else '0%'} | {_fmt(pl.get(m))} | "
             f"{_fmt(ours_qa.get(m))} | {_fmt(pqg, '.1f', '%')} | {_fmt(ours_qa_gain.get(m), '.1f', '%')} |")
     ratio = (main or {}).get("concat_over_picaso_r", {})
@@ -256,7 +257,7 @@ def differences(summary: dict) -> list[str]:
     """Plain sentences on where our order and sizes differ from the paper's."""
     out = []
     main, qa = summary.get("main"), summary.get("qa")
-    comp = ("soup", "caso", "picaso_r", "picaso_s", "concat", "picconcat_r")
+    comp = TABLE_METHODS[1:]  # every method but the baseline, in the paper's order
     if main:
         ours = main["gains"]["avg"]
         paper_order = _order(PAPER["wikitext_gain_pct"], comp)

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from picaso_core.analysis.evaluate import METHODS, run_methods
+from picaso_core.compose.registry import names
 from picaso_core.retrieval.rankers import presented, rank_sample
 
 CONTEXT_SUFFIX = "\n\n"  # the separator the demo model saw between contexts (= the app's store suffix)
 RECORD_KEY = ("retriever", "sample_id", "k", "method")
 
-TOKEN_BUILT = {"concat", "picconcat_r"}  # built from tokens: shared prefixes for untimed samples
+TOKEN_BUILT = set(names(kind="tokens"))  # concat, picconcat_r: built from tokens, shared prefixes for untimed samples
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from picaso_core.analysis.evaluate import METHOD_NAMES
+from picaso_core.compose.registry import label
 
 TABLE1_METHODS = ("none", "concat", "soup", "caso", "picaso_r", "picaso_s")
 GAP_K = 5
@@ -123,7 +123,7 @@ def report_markdown(report: dict) -> str:
     """Table 1 (ours, then the paper's), fig. 4 (loss vs k), the gap, table 2 analog with every figure beyond
     the 3% limit flagged (then the paper's table 2), training cost."""
     ms = report["models"]
-    heads = [METHOD_NAMES[m] if m != "none" else "Naive" for m in TABLE1_METHODS]
+    heads = [label(m, "paper") for m in TABLE1_METHODS]  # the paper's table 1 wording: "Naive" for the baseline
     lines = [f"### Table 1 layout: held-out demo QA, all passages ({report['samples']} questions; loss, nats/token)",
              "", "| model | " + " | ".join(heads) + " | paper's analog |", "|---" * (len(TABLE1_METHODS) + 2) + "|"]
     for name, r in ms.items():

@@ -12,12 +12,12 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from picaso_core.analysis.summaries import ks_text
+from picaso_core.analysis.summaries import TABLE_METHODS, ks_text
+from picaso_core.compose.registry import REGISTRY, label
 
-NAMES = {"none": "None (baseline)", "concat": "Concat", "soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S",
-         "picaso_r": "PICASO-R", "picconcat_r": "PICConcat-R"}
-COLORS = {"none": "#6b7280", "concat": "#1d4ed8", "soup": "#60a5fa", "caso": "#14b8a6", "picaso_s": "#f59e0b",
-          "picaso_r": "#ea580c", "picconcat_r": "#7c3aed"}
+# the methods' labels and colours: the registry's (picaso_core/compose/registry.py)
+NAMES = {m.name: label(m.name, "plot") for m in REGISTRY}
+COLORS = {m.name: m.colour for m in REGISTRY}
 DASH = {"none": "dot", "picaso_s": "dash"}  # PICASO-S overlaps PICASO-R (paper fig. 3): dash it
 RETRIEVER_COLORS = {"minilm": "#ea580c", "bm25": "#16a34a", "random": "#6b7280", "mpnet": "#7c3aed", "glove": "#0ea5e9"}
 HEIGHT = 430
@@ -196,7 +196,7 @@ def retriever_ablation(retrievers: dict | None, title: str = "PICASO-R by retrie
         base = base or c.get("none")
         ks = c["ks"]
     if base:
-        fig.add_trace(go.Scatter(x=ks, y=base, name="None (baseline)", mode="lines", line=dict(color="#6b7280", dash="dot"),
+        fig.add_trace(go.Scatter(x=ks, y=base, name=NAMES["none"], mode="lines", line=dict(color=COLORS["none"], dash="dot"),
                                  hovertemplate="baseline %{y:.3f}<extra></extra>"))
     return _integer_ks(_layout(fig, title, "retrieved chunks k", "PICASO-R loss (nats / token)"), ks)
 
@@ -243,7 +243,7 @@ def gains_vs_paper(summary: dict, title: str | None = None) -> go.Figure:
         return _empty(title, "no k-sweep in this run")
     paper = summary.get("paper", {}).get("wikitext_gain_pct", {})
     ours = main["gains"]["avg"]
-    ms = [m for m in ("soup", "caso", "picaso_r", "picaso_s", "concat", "picconcat_r") if m in ours or m in paper]
+    ms = [m for m in TABLE_METHODS if m != "none" and (m in ours or m in paper)]  # the paper's order
     fig = go.Figure([
         go.Bar(x=[NAMES[m] for m in ms], y=[paper.get(m) for m in ms], name="paper (Mamba-2 2.7B, WikiText)",
                marker_color="#9ca3af", hovertemplate="paper %{x}: %{y:.1f}%<extra></extra>"),

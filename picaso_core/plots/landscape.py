@@ -10,12 +10,14 @@ from itertools import product
 
 import plotly.graph_objects as go
 
+from picaso_core.compose.registry import colour
+
 COLORSCALE = "Viridis"  # low loss dark, high loss yellow; one scale for both planes
-MARK_STYLE = {  # mark name -> (symbol, colour)
-    "Soup": ("star", "#ef4444"), "PICASO-R": ("star", "#ef4444"), "mean": ("star", "#ef4444"),
-    "Concat": ("diamond", "#f97316"),
+MARK_STYLE = {  # mark name -> (symbol, colour): a method's mark in the registry's colour, black-edged
+    "Soup": ("star", colour("soup")), "PICASO-R": ("star", colour("picaso_r")), "mean": ("star", "#ef4444"),
+    "Concat": ("diamond", colour("concat")),
 }
-LINE_COLORS = {"soup": "#2563eb", "caso": "#0d9488"}
+LINE_COLORS = {m: colour(m) for m in ("soup", "caso")}  # the line through independent states / the CASO line
 N_LEVELS = 64  # quantiles of the shared colour scale
 N_BANDS = 16  # contour bands: each holds 1/16 of the two planes' grid points
 N_TICKS = 6  # colour bar ticks

@@ -20,17 +20,20 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from picaso_core.compose.registry import colour
+
 SHUFFLED = "_shuffled"
 PALETTE = qualitative.Plotly + qualitative.Dark24
 TEMPLATE = "plotly_white"
 MIX_LABEL = {"k_shots": "k shots alone", "soup": "soup of m = total/k states of k shots",
              "all_shots": "one state of all m·k shots", "query": "query state alone (k shots)",
              "retrieved_mix": "query state + retrieved library state (soup)"}
-MIX_COLOR = {"k_shots": "#9ca3af", "soup": "#2563eb", "all_shots": "#ea580c", "query": "#6b7280",
+MIX_COLOR = {"k_shots": "#9ca3af", "soup": colour("soup"), "all_shots": "#ea580c", "query": "#6b7280",
              "retrieved_mix": "#16a34a"}
 MIX_DASH = {"query": "dot", "retrieved_mix": "dot"}
 DECAY_LABEL = {"concat": "concat(c1, c2)", "a_decay": "A-decay mix", "mean": "mean of states", "c2_only": "c2 alone"}
-DECAY_COLOR = {"concat": "#1d4ed8", "a_decay": "#14b8a6", "mean": "#93c5fd", "c2_only": "#9ca3af"}
+# the methods these are, in the registry's colours: A-decay mixing is CASO of two states, their mean is Soup
+DECAY_COLOR = {"concat": colour("concat"), "a_decay": colour("caso"), "mean": colour("soup"), "c2_only": "#9ca3af"}
 
 
 def base(task: str) -> str:

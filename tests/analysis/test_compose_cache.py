@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from picaso_core.analysis.compose_cache import ComposeCache, canonical, cached_states, state_nbytes
-from picaso_core.analysis.evaluate import _build_state, run_methods
-from picaso_core.compose import compose
+from picaso_core.analysis.evaluate import run_methods
+from picaso_core.compose import build_state, compose
 from tests.conftest import tiny_model
 
 METHODS = ("concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r")
@@ -70,10 +70,10 @@ def test_cached_state_equals_fresh_composition(setup):
         built, looked = run(cache, setup, perm)
         for m in METHODS:
             want = canonical(m, perm)  # what a fresh composition in the key's order gives
-            fresh = _build_state(model, m, [tokens[c] for c in want], [states[c] for c in want])
+            fresh = build_state(model, m, [tokens[c] for c in want], [states[c] for c in want])
             assert same(built[m], fresh), (m, perm)
             # and the same state as composing in the given order, up to float rounding
-            direct = _build_state(model, m, [tokens[c] for c in perm], [states[c] for c in perm])
+            direct = build_state(model, m, [tokens[c] for c in perm], [states[c] for c in perm])
             if looked[m].hit or m in ("concat", "caso"):
                 torch.testing.assert_close(built[m].ssm, direct.ssm, rtol=1e-5, atol=1e-5)
 
@@ -167,7 +167,7 @@ def test_a_rope_hybrid_keys_every_method_by_order():
     built, looked = through(["c", "a", "b"])  # a rotation (and a permutation) of the first order
     assert not any(lk.hit for lk in looked.values()) and {lk.reason for lk in looked.values()} == {"new order"}
     for m in methods:
-        fresh = _build_state(model, m, [tokens[c] for c in ("c", "a", "b")], [states[c] for c in ("c", "a", "b")])
+        fresh = build_state(model, m, [tokens[c] for c in ("c", "a", "b")], [states[c] for c in ("c", "a", "b")])
         assert torch.equal(built[m].keys, fresh.keys) and torch.equal(built[m].ssm, fresh.ssm), m
     assert all(lk.hit for lk in through(["c", "a", "b"])[1].values())  # the same order again: a hit
     with pytest.raises(ValueError, match="keying"):

@@ -137,13 +137,14 @@ def demo():
 
 def test_demo_generate_batch_equals_per_method_generate_for_all_seven_methods(demo):
     """The Compose & compare case: the 7 methods' states of one demo sample, greedy."""
-    from picaso_core.analysis.evaluate import METHODS, _build_state, run_methods
+    from picaso_core.analysis.evaluate import METHODS, run_methods
+    from picaso_core.compose import build_state
 
     model, s = demo
     tok = model.tokenizer
     ctx = [tok.encode(text) for _, text in s.contexts]
     store = model.encode_contexts(ctx)
-    states = [_build_state(model, m, ctx, store) for m in METHODS]
+    states = [build_state(model, m, ctx, store) for m in METHODS]
     query = tok.encode(s.query)
     batched = model.generate_batch(query, states, max_new_tokens=16)
     assert batched == [model.generate(query, st, max_new_tokens=16, temperature=0) for st in states]

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import math
 
+from picaso_core.compose.registry import label, names
 from picaso_core.plots import attribution as plots
 from picaso_core.ui.code import client_snippet
 from picaso_core.ui.errors import clip
 from picaso_core.ui.tabs import attribution_panel as src
 
-METHODS = ("loi", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r", "surrogate")
-NAMES = {"loi": "LOI", "concat": "Concat-LOO", "soup": "Soup-LOO", "caso": "CASO-LOO", "picaso_s": "PICASO-S-LOO",
-         "picaso_r": "PICASO-R-LOO", "picconcat_r": "PICConcat-R-LOO", "surrogate": "Surrogate (PICASO-R)"}
+LOO = tuple(m for m in names() if m != "none")  # every composition method of the registry, leaving one out
+METHODS = ("loi", *LOO, "surrogate")
+NAMES = {"loi": "LOI", **{m: f"{label(m)}-LOO" for m in LOO}, "surrogate": f"Surrogate ({label('picaso_r')})"}
 
 
 def contexts_html(data: dict) -> str:

@@ -18,6 +18,7 @@ import pandas as pd
 from picaso_core.analysis import summaries as S
 from picaso_core.analysis import sweep
 from picaso_core.analysis.evaluate import METHOD_NAMES, METHODS
+from picaso_core.compose.registry import label
 from picaso_core.light.assets import ASSETS
 from picaso_core.plots import experiments as P
 from picaso_core.retrieval import rankers as R
@@ -60,7 +61,7 @@ def paper_table(summary: dict | None) -> pd.DataFrame:
     rows = []
     for m in S.TABLE_METHODS:
         pg = paper["wikitext_gain_pct"].get(m)
-        rows.append([METHOD_NAMES[m] if m != "none" else "Baseline (none)",
+        rows.append([label(m, "table"),
                      None if pg is None else f"{pg:.1f}%",
                      "0%" if m == "none" else (None if gain.get(m) is None else f"{gain[m]:.1f}%"),
                      paper["msmarco_loss"].get(m), None if qa.get(m) is None else round(qa[m], 3)])

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import gradio as gr
 import pandas as pd
 
+from picaso_core.compose.registry import methods_for, names
 from picaso_core.data import DEMO_COMPOSE_EXAMPLE
 from picaso_core.retrieval.rankers import own_passages
 from picaso_core.session import TUNED_DIR, Resources, TunedModelError, tuned_resources
@@ -28,8 +29,8 @@ from picaso_core.ui.limits import corpus_counts, count_slider, note
 from picaso_core.ui.pickers import EXAMPLES_SHOWN, context_picker
 from picaso_core.ui.server.gpu import gpu
 from picaso_core.ui.server.serving import HISTORY_ROWS, LIGHT, MODEL
-from picaso_core.ui.tabs.compose_runs import ABLATION, FIGURES, cache_stats, memo, retrieve, run_methods_cached
-from picaso_core.ui.tabs.compose_views import (ABLATION_ROW, ENDPOINT, LABEL, METHODS, RESULT_COLUMNS, TABLE_NOTE,
+from picaso_core.ui.tabs.compose_runs import FIGURES, cache_stats, memo, retrieve, run_methods_cached
+from picaso_core.ui.tabs.compose_views import (ENDPOINT, LABEL, METHODS, RESULT_COLUMNS, TABLE_NOTE,
                                                Context, api_snippet, contexts_html, generations_html, history_row,
                                                python_snippet, results_data, results_plot, results_table,
                                                state_size_md, state_sizes, summary_md)
@@ -208,7 +209,7 @@ def run_compose(res: Resources, req: ComposeRequest, progress=lambda *a, **kw: N
 
 def methods_of(res: Resources) -> tuple[str, ...]:
     """The rows of a run: every method, and on a hybrid the ablation (attention dropped) last."""
-    return tuple(m for m, *_ in METHODS) + ((ABLATION,) if res.hybrid else ())
+    return names(methods_for(has_attention=res.hybrid))
 
 
 def model_resources(res: Resources, req: ComposeRequest) -> Resources:
@@ -292,8 +293,8 @@ def endpoint_signature() -> inspect.Signature:
 # ---- layout ---------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     """Lay the tab out inside the current gr.Tab and wire its events."""
-    rows = METHODS + ((ABLATION_ROW,) if res.hybrid else ())
-    legend = "\n".join(f"- **{label}**: {text}" for _, label, text, _ in rows)
+    rows = methods_for(has_attention=res.hybrid)
+    legend = "\n".join(f"- **{m.label}**: {m.paper}" for m in rows)
     note(limits(res), "compose-limits")
     choices = example_choices(res)
     first = first_example(res)

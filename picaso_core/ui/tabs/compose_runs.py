@@ -20,7 +20,8 @@ from dataclasses import replace
 from picaso_core.light import memory
 from picaso_core.analysis.compose_cache import DEFAULT_BUDGET, ComposeCache, ResultCache, cached_states
 from picaso_core.analysis.evaluate import run_methods
-from picaso_core.compose import compose
+from picaso_core.compose.build import build_state
+from picaso_core.compose.registry import ABLATION  # a hybrid's extra row: PICASO-R, attention keys and values dropped
 from picaso_core.ui.server.serving import check_cache_mb, rotation_threads
 
 CACHE = ComposeCache(int(float(os.environ.get("PICASO_COMPOSE_CACHE_MB", DEFAULT_BUDGET / 2**20)) * 2**20))
@@ -41,7 +42,6 @@ def cache_stats() -> dict:
     return {**CACHE.stats(), "results": RESULTS.stats(), "memory": memory.report()}
 
 
-ABLATION = "picaso_r_drop"  # a hybrid's extra row: PICASO-R with the attention layers' keys and values dropped
 ABLATION_NOTE = "SSM part composed by PICASO-R; the attention layers' keys and values dropped"
 RETRIEVALS = ResultCache(256)  # (retriever, query, k, exclusions, order) -> hits: a query embedding each
 FIGURES = ResultCache(64)  # a run's figure by its figures (the plot of a repeated click)
@@ -70,9 +70,9 @@ def retrieve(retriever, query: str, k: int, exclude=(), best_last: bool = True) 
 
 def dropped_attention(model, query_ids, continuation_ids, context_ids, states, max_new_tokens: int):
     """The ablation row of a hybrid (method ABLATION): PICASO-R's SSM part with the attention layers'
-    keys and values dropped (compose(..., attention="drop")), scored and generated from as the others."""
+    keys and values dropped (build_state(..., ABLATION, ...)), scored and generated from as the others."""
     t0 = time.perf_counter()
-    state = compose("picaso_r", states, attention="drop")
+    state = build_state(model, ABLATION, context_ids, states)
     compose_s = time.perf_counter() - t0
     (r,) = run_methods(model, query_ids, continuation_ids, context_ids, context_states=states, methods=("picaso_r",),
                        generate_tokens=max_new_tokens, seed=0, prebuilt={"picaso_r": state})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 import plotly.graph_objects as go
 
+from picaso_core.compose.registry import REGISTRY, methods_for, names
 from picaso_core.plots.compose import method_figure
 from picaso_core.session import Resources
 from picaso_core.ui.code import client_snippet
@@ -20,22 +21,11 @@ from picaso_core.ui.errors import clip
 
 ENDPOINT = "/compose"
 
-# (method id in picaso_core.analysis.evaluate, label, one line for the legend, colour)
-METHODS = (
-    ("none", "No context", "the query alone: the baseline every method should beat", "#9ca3af"),
-    ("concat", "Concat", "process the contexts' tokens after the first one's stored state (sec. 6.2)", "#1d4ed8"),
-    ("soup", "Soup", "the plain mean of the stored states", "#93c5fd"),
-    ("caso", "CASO", "x_n + Σ A_n⋯A_{i+1} x_i: Concat's state for one layer, from states alone (eq. 3)", "#14b8a6"),
-    ("picaso_s", "PICASO-S", "CASO averaged over all n! orders, in closed form (prop. 2)", "#f59e0b"),
-    ("picaso_r", "PICASO-R", "CASO averaged over the n cyclic orders (prop. 3)", "#ea580c"),
-    ("picconcat_r", "PICConcat-R", "mean state of the n rotated concatenations: most accurate, most costly", "#7c3aed"),
-)
-# a hybrid's extra row (compose_runs.ABLATION): PICASO-R's SSM part, the attention layers' keys and values dropped
-ABLATION_ROW = ("picaso_r_drop", "PICASO-R, attention dropped",
-            "PICASO-R's SSM part with the attention layers' keys and values dropped (hybrid models): what they carry",
-            "#fdba74")
-LABEL = {m: label for m, label, _, _ in (*METHODS, ABLATION_ROW)}
-COLOR = {m: c for m, _, _, c in (*METHODS, ABLATION_ROW)}
+# the methods' rows, labels, legend lines and colours: the registry's (picaso_core/compose/registry.py)
+# (name, label, one line for the legend, colour) of a pure model's rows; a hybrid adds the ablation (methods_for(True))
+METHODS = tuple((m.name, m.label, m.paper, m.colour) for m in methods_for(has_attention=False))
+LABEL = {m.name: m.label for m in REGISTRY}
+COLOR = {m.name: m.colour for m in REGISTRY}
 TABLE_NOTE = (
     "Loss: mean negative log-likelihood of the expected continuation per token (nats); perplexity = e^loss. "
     "Compose: time to build the state the query starts from (state methods: arithmetic on stored "
@@ -121,7 +111,7 @@ def summary_md(contexts: list[Context], results, scored: bool, query_tokens: int
     if not scored:
         return head + " " + NO_CONTINUATION_NOTE
     by = {r.method: r for r in results}
-    state_methods = [m for m in ("soup", "caso", "picaso_s", "picaso_r") if m in by]
+    state_methods = [m for m in names(kind="state") if m in by]
     best = min(state_methods, key=lambda m: by[m].loss)
     speed = by["concat"].compose_s / max(by[best].compose_s, 1e-9)
     return (
@@ -134,7 +124,7 @@ def summary_md(contexts: list[Context], results, scored: bool, query_tokens: int
 def state_sizes(states) -> dict | None:
     """Bytes of the contexts' stored states, from the states: the SSM part (fixed per context) and
     the attention layers' keys and values (growing with its tokens); None for a pure model's."""
-    if not states or states[0].keys is None:
+    if not states or not states[0].has_attention:
         return None
     ssm = sum(getattr(states[0], k).nbytes for k in ("ssm", "conv", "log_decay"))
     kv = [s.keys.nbytes + s.values.nbytes for s in states]
@@ -196,7 +186,7 @@ def python_snippet(res: Resources, run, contexts: list[Context]) -> str:
     how = ("picked by hand" if run.contexts else
            f"= [c for c, _ in res.retriever.retrieve(query, {len(ids)}{exclude}, best_last={run.most_relevant_last})]")
     cont = "tok.encode(continuation)" if run.continuation else "[tok.eos_id]  # no continuation: losses meaningless"
-    methods = tuple(m for m, *_ in METHODS)
+    methods = names()
     return (
         "from picaso_core.analysis.evaluate import run_methods\n"
         "from picaso_core.session import load_resources\n\n"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from picaso_core.compose.registry import names
 from picaso_core.engine.loading import BUNDLED, load_model
 from picaso_core.session import TUNED_DIR, Resources, family_line, open_or_build_store, store_folder
 from picaso_core.ui.tabs import attribution as attribution_tab
@@ -123,7 +124,7 @@ def compose_none_vs_concat(res: Resources, memo=None, **inputs) -> View:
     return View(text, [_fig(out[3])], [("No context vs Concat", gen)], "compose", out, facts)
 
 
-STATE_METHODS = ("soup", "caso", "picaso_s", "picaso_r")
+STATE_METHODS = names(kind="state")  # soup, caso, picaso_s, picaso_r (the registry's)
 
 
 def methods_text(f: dict) -> str:
