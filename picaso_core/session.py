@@ -42,7 +42,7 @@ from picaso_core.light.assets import ASSETS
 from picaso_core.data import DEMO_DATA_DIR, CorpusError, limit_corpus, load_corpus
 from picaso_core.data.hub import HubError
 from picaso_core.light.defaults import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES  # light: app.py --help
-from picaso_core.engine.hybrid_config import HybridConfig
+from picaso_core.engine.layout import layout_of
 from picaso_core.engine.loading import load_model
 from picaso_core.retrieval.retriever import Embedder, Retriever, SentenceEmbedder, embeddings_path
 from picaso_core.store.servable import servable_hits, skip_note
@@ -161,7 +161,7 @@ class Resources:
             new = {cid for cid in ids if cid not in self.store}
             if new and not self.store.read_only:  # a hybrid's states grow with their tokens
                 check_disk(self.model, len(new), Path(self.store.folder),
-                           sum(map(self.num_tokens, new)) if self.hybrid else 0)
+                           sum(map(self.num_tokens, new)) if self.layout.has_attention else 0)
             self.store.ensure([(cid, self.text(cid)) for cid in ids], progress=progress or False)
             try:
                 return self.store.get_many(ids)
@@ -187,23 +187,23 @@ class Resources:
         return hits, skip_note(skipped)
 
     @property
-    def hybrid(self) -> bool:
-        """Whether the model has attention layers beside its Mamba layers (engine/hybrid.py)."""
-        return isinstance(self.model.config, HybridConfig)
+    def layout(self):
+        """The model's Layout (engine/layout.py): its family, its layers' kinds, what its state holds.
+        Ask it (`has_attention`, `pure_ssm`, `ssm_layers` ...) rather than re-deriving "hybrid or pure"."""
+        return self.model.layout
 
     @property
     def state_layers(self) -> int:
         """The layers a state stacks (state.ssm's layer axis): every layer of a pure SSM, the Mamba
         layers of a hybrid. A tab's layer slider over states is sized by this, not by config.n_layer."""
-        cfg = self.model.config
-        return cfg.n_ssm_layers if isinstance(cfg, HybridConfig) else cfg.n_layer
+        return self.layout.n_state_layers
 
     def pure_ssm_only(self, what: str) -> str:
-        """'' for a pure SSM; for a hybrid, the one line a view that needs every layer to be an SSM
-        layer shows (and its endpoint answers with) instead of failing."""
-        if not self.hybrid:
+        """'' for a pure SSM; for a model with other layers (a hybrid), the one line a view that needs
+        every layer to be an SSM layer shows (and its endpoint answers with) instead of failing."""
+        if self.layout.pure_ssm:
             return ""
-        return (f"{what} needs every layer to be a Mamba layer; this model is a {family_line(self.model.config)}. "
+        return (f"{what} needs every layer to be a Mamba layer; this model is a {self.layout.line()}. "
                 "Start the app with a pure Mamba model (e.g. --model demo) to see it.")
 
     def describe(self) -> str:
@@ -211,12 +211,13 @@ class Resources:
         params = sum(p.numel() for p in self.model.parameters())
         n, total = len(self.store), len(self.database)
         lazy = "" if n >= total else ", the rest on first use"
-        size = f"{_si(cfg.state_nbytes(), 1024)}B each"
-        if self.hybrid:  # the attention layers' keys and values grow with the context's tokens
-            size = (f"{_si(cfg.state_nbytes(), 1024)}B SSM + {_si(100 * cfg.kv_nbytes_per_token(), 1024)}B per 100 "
+        lay = self.layout
+        size = f"{_si(lay.state_bytes, 1024)}B each"
+        if lay.has_attention:  # the attention layers' keys and values grow with the context's tokens
+            size = (f"{_si(lay.state_bytes, 1024)}B SSM + {_si(100 * lay.bytes_per_token, 1024)}B per 100 "
                     "tokens of attention keys/values each")
         return (
-            f"model **{public_model_name(self.model_name)}** ({family_line(cfg)}, {cfg.n_layer} layers, "
+            f"model **{public_model_name(self.model_name)}** ({lay.line()}, {cfg.n_layer} layers, "
             f"d_model {cfg.d_model}, "
             f"{_si(params)} params) · corpus **{self.corpus.name}/{self.corpus.split}** "
             f"({len(self.corpus)} examples, {total} contexts) · store **{n} of {total} states** encoded{lazy} "
@@ -224,16 +225,10 @@ class Resources:
         )
 
 
-HYBRID_NAMES = {"nemotron_h": "Nemotron-H", "granitemoehybrid": "Granite-4.0-H", "bamba": "Bamba"}
-
-
 def family_line(config) -> str:
-    """How the header names a model's family: a pure SSM's as its config does ("Mamba2"), a hybrid's
-    with its layers by kind ("Nemotron-H hybrid: 4 Mamba-2 + 1 attention layers")."""
-    if not isinstance(config, HybridConfig):
-        return config.family
-    name = HYBRID_NAMES.get(config.model_type, config.model_type)
-    return f"{name} hybrid: {config.n_ssm_layers} Mamba-2 + {config.n_attn_layers} attention layers"
+    """How the header names a model's family (its Layout's line: "Mamba2", or a hybrid's layers by
+    kind, "Nemotron-H hybrid: 4 Mamba-2 + 1 attention layers"); a loaded model's is `model.layout.line()`."""
+    return layout_of(config).line()
 
 
 def public_model_name(spec: str) -> str:
@@ -278,8 +273,8 @@ def check_disk(model, n_contexts: int, folder: Path, tokens: int = 0) -> None:
     """Refuse to start a store that cannot fit: a pure SSM's state is fixed-size, whatever the context
     length (mamba2-130m: 18 MiB each, mamba2-2.7b: 164 MiB), so N contexts need N times that; a
     hybrid's attention keys and values add theirs for the contexts' `tokens` (all together)."""
-    cfg = model.config
-    need = n_contexts * cfg.state_nbytes() + cfg.state_nbytes(tokens) - cfg.state_nbytes()
+    lay = model.layout
+    need = n_contexts * lay.state_bytes + tokens * lay.bytes_per_token
     probe = folder if folder.exists() else next(p for p in folder.parents if p.exists())
     free = shutil.disk_usage(probe).free
     if need > 0.9 * free:
@@ -313,9 +308,9 @@ def open_or_build_store(model, database: dict[str, str], folder: Path | str, log
                          f"contexts (e.g. {new[0][0]!r}); leave out --encode-all to serve the ones it holds")
     if encode_all and new:
         tokens = (sum(len(model.tokenizer.encode(t + CONTEXT_SUFFIX)) for _, t in new)
-                  if isinstance(model.config, HybridConfig) else 0)  # a hybrid's keys and values grow with them
+                  if model.layout.has_attention else 0)  # a hybrid's keys and values grow with them
         check_disk(model, len(new), folder, tokens)
-        log(f"encoding {len(new)} contexts x {model.config.state_nbytes() / 2**20:.2f} MiB into the state store in {folder}")
+        log(f"encoding {len(new)} contexts x {model.layout.state_bytes / 2**20:.2f} MiB into the state store in {folder}")
         store.add(new)
     return store
 

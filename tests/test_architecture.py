@@ -344,3 +344,118 @@ def test_entry_point_answers_help(entry, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage:" in r.stdout
+
+
+# ---- callers ask the model's layout, never re-derive "hybrid or pure" -----------------------------------
+# After loading, `model.layout` (engine/layout.py: has_attention, pure_ssm, ssm_kind, ssm_layers ...) and a
+# state's `has_attention` answer what kind of model and state a caller holds. Outside the engine (and the
+# composition methods, which read a state's parts themselves) no code asks a model's or config's class, or
+# re-derives the answer from a state's keys, a copied `hybrid` flag, the family's name or a hybrid
+# config's layer lists; at most MAX_REDERIVED such sites remain, each with a comment saying why.
+MODEL_CLASSES = {"SSMLanguageModel", "HybridLanguageModel", "LanguageModel", "ModelConfig", "HybridConfig",
+                 "MixerConfig"}
+FAMILY_NAMES = {"Mamba1", "Mamba2", "nemotron_h", "granitemoehybrid", "bamba"}  # engine/layout.py FAMILIES
+HYBRID_CONFIG_FIELDS = {"layer_types", "n_ssm_layers", "n_attn_layers"}
+MAX_REDERIVED = 5
+
+
+def sources_outside(*subpackages: str, pkg: Path = PKG, app: Path | None = ROOT / "app.py") -> dict[str, Path]:
+    """Dotted name -> file of every module under `pkg` but those in picaso_core.<subpackage>, and app.py."""
+    out = {name: path for name, (path, _) in modules(pkg).items()
+           if not any(name == f"{pkg.name}.{s}" or name.startswith(f"{pkg.name}.{s}.") for s in subpackages)}
+    if app is not None and app.exists():
+        out["app"] = app
+    return out
+
+
+def _named(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def isinstance_on_model_classes(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) of each `isinstance(x, C)` / `isinstance(x, (C, D))` with C a model or config class
+    (also as an attribute: `engine.HybridConfig`)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _named(node.func) == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            hit = sorted({n for n in map(_named, kinds) if n in MODEL_CLASSES})
+            if hit:
+                out.append((node.lineno, f"isinstance(..., {', '.join(hit)})"))
+    return out
+
+
+def rederived(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, idiom) of each site that re-derives what a model's layout answers: isinstance on a model or
+    config class, `state.keys is (not) None`, a `.hybrid` attribute, a comparison with a family's name or
+    a `.family`, a hybrid config's layer lists (`layer_types`, `n_ssm_layers`, `n_attn_layers`)."""
+    out = isinstance_on_model_classes(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if (any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
+                    and any(_named(s) in ("keys", "values", "kv_len") and isinstance(s, ast.Attribute) for s in sides)
+                    and any(isinstance(s, ast.Constant) and s.value is None for s in sides)):
+                out.append((node.lineno, ".keys is (not) None"))
+            elif (any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
+                  and any((isinstance(s, ast.Attribute) and s.attr == "family")
+                          or (isinstance(s, ast.Constant) and s.value in FAMILY_NAMES) for s in sides)):
+                out.append((node.lineno, "a family's name compared"))
+        elif isinstance(node, ast.Attribute) and node.attr == "hybrid":
+            out.append((node.lineno, ".hybrid"))
+        elif isinstance(node, ast.Attribute) and node.attr in HYBRID_CONFIG_FIELDS:
+            out.append((node.lineno, f".{node.attr}"))
+        elif isinstance(node, ast.Constant) and node.value in HYBRID_CONFIG_FIELDS:  # getattr(config, "layer_types")
+            out.append((node.lineno, repr(node.value)))
+    return sorted(set(out))
+
+
+def _sites(find, files: dict[str, Path], root: Path = ROOT) -> list[str]:
+    """'file:line: idiom  |  the line' of each site `find` finds in `files`."""
+    out = []
+    for _, path in sorted(files.items()):
+        src = path.read_text(encoding="utf-8")
+        lines = src.splitlines()
+        out += [f"{path.relative_to(root).as_posix()}:{n}: {what}  |  {lines[n - 1].strip()}"
+                for n, what in find(ast.parse(src))]
+    return out
+
+
+def test_no_isinstance_on_a_model_class_outside_the_engine():
+    """Which kind of model a caller holds is its layout's answer (model.layout), not its class's."""
+    found = _sites(isinstance_on_model_classes, sources_outside("engine"))
+    assert found == [], ("isinstance on a model or config class outside picaso_core/engine/ (ask model.layout: "
+                         "has_attention, pure_ssm, ssm_kind ...):\n" + "\n".join(found))
+
+
+def test_layout_questions_are_asked_not_rederived():
+    found = _sites(rederived, sources_outside("engine", "compose"))
+    assert len(found) <= MAX_REDERIVED, (
+        f"{len(found)} sites outside picaso_core/engine/ and compose/ re-derive what model.layout or a state's "
+        f"has_attention answers (at most {MAX_REDERIVED}, each with a comment saying why):\n" + "\n".join(found))
+
+
+def test_the_layout_checkers_find_each_idiom(tmp_path):
+    pkg = _write(tmp_path, {"__init__.py": "", "engine/__init__.py": "",
+                            "engine/model.py": "def f(m, HybridConfig):\n    return isinstance(m, HybridConfig)\n",
+                            "ui/__init__.py": "",
+                            "ui/tab.py": (
+                                "from picaso_core import engine\n"
+                                "def f(res, state, cfg, m):\n"
+                                "    a = isinstance(m, (int, engine.HybridLanguageModel))\n"
+                                "    b = state.keys is None or state.values is not None\n"
+                                "    c = res.hybrid and cfg.family == 'Mamba2' and cfg.ssm_cfg.layer != 'Mamba1'\n"
+                                "    d = getattr(cfg, 'layer_types', None) or cfg.n_ssm_layers\n"
+                                "    e = res.layout.has_attention and state.has_attention and res.layout.pure_ssm\n"
+                                "    return a, b, c, d, e\n")})
+    files = sources_outside("engine", pkg=pkg, app=None)
+    assert sorted(files) == ["picaso_core", "picaso_core.ui", "picaso_core.ui.tab"]
+    assert _sites(isinstance_on_model_classes, files, tmp_path) == [
+        "picaso_core/ui/tab.py:3: isinstance(..., HybridLanguageModel)  |  "
+        "a = isinstance(m, (int, engine.HybridLanguageModel))"]
+    assert [s.split("  |")[0] for s in _sites(rederived, files, tmp_path)] == [
+        f"picaso_core/ui/tab.py:{n}: {what}" for n, what in [
+            (3, "isinstance(..., HybridLanguageModel)"), (4, ".keys is (not) None"), (5, ".hybrid"),
+            (5, "a family's name compared"), (6, "'layer_types'"), (6, ".n_ssm_layers")]]
+    assert _sites(isinstance_on_model_classes, sources_outside(pkg=pkg, app=None), tmp_path)[0].startswith(
+        "picaso_core/engine/model.py:2: isinstance(..., HybridConfig)")  # inside the engine: asked there

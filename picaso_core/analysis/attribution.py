@@ -76,7 +76,7 @@ def compose_subsets(method: str, states: Sequence[ContextState], masks, config=N
         raise ValueError(f"compose_subsets composes stored states ({', '.join(STATE_METHODS)}), got {method!r}")
     masks = _as_masks(masks, len(states))
     ref = states[0]
-    if ref.keys is not None:
+    if ref.has_attention:
         empty = ContextState.zeros(comparable_shapes(ref), device=ref.ssm.device).to(dtype=ref.ssm.dtype)
         return ContextState.stack([compose(method, [s for s, keep in zip(states, row) if keep], config=config)
                                    if any(row) else empty for row in masks.tolist()])

@@ -98,6 +98,12 @@ class ContextState:
         return ContextState(f(self.ssm), f(self.conv), f(self.log_decay), (int(self.num_tokens),) * b,
                             f(self.keys), f(self.values), kv_len)
 
+    @property
+    def has_attention(self) -> bool:
+        """Whether the state holds attention keys and values (a hybrid model's; they grow with the
+        tokens read). A pure SSM's state holds none: callers ask this, not `keys is None`."""
+        return self.keys is not None
+
     # ---- batch views -----------------------------------------------------------------------
     @property
     def batched(self) -> bool:

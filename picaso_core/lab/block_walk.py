@@ -102,7 +102,7 @@ def record(model, ids: Sequence[int], start: ContextState | None = None,
     ids = torch.as_tensor(list(ids), dtype=torch.long)
     if ids.dim() != 1 or ids.numel() == 0:
         raise ValueError("give at least one token")
-    cfg, fam = model.config, model.config.family
+    cfg, m2 = model.config, model.layout.ssm_kind == "mamba2"  # a pure model (the walk's views refuse a hybrid)
     # on CUDA a forward without autograd may replay a CUDA graph (no Python call sites run): keep autograd on there
     with torch.set_grad_enabled(model.device.type == "cuda"), _recorded(model) as (recorded, top):
         model.hidden_states(ids[None].to(model.device), start)
@@ -120,7 +120,7 @@ def record(model, ids: Sequence[int], start: ContextState | None = None,
              "out": _f(L["out_proj"][1][0]), "gated": _f(L["out_proj"][0][0][0])}
         resid = resid + L["out_proj"][1][0].to(resid.dtype)  # the residual add, as the engine's _add_norm
         o["resid_out"] = _f(resid)
-        if fam == "Mamba2":  # x [1,T,H,P], dt [1,T,H], A [H], B, C [1,T,G,N], y [1,T,H,P], h0 [1,H,P,N]
+        if m2:  # x [1,T,H,P], dt [1,T,H], A [H], B, C [1,T,G,N], y [1,T,H,P], h0 [1,H,P,N]
             H, r = x.shape[2], x.shape[2] // B.shape[2]
             (norm_args, _) = L["norm"]
             o.update(x=x[0], dt=dt[0], A=A[:, None].expand(H, B.shape[-1]).clone(),
@@ -134,14 +134,14 @@ def record(model, ids: Sequence[int], start: ContextState | None = None,
                      C=C[0].T[:, None].expand(-1, E, -1).clone(), y_scan=_f(y_scan[0]).T[..., None],
                      z=o["in_proj"][:, E:], dt_raw=_f(L["dt_proj"][1][0]), D=Dp, h_last=_f(h_last[0])[:, None])
         o["h0"] = (torch.zeros_like(o["h_last"]) if h0 is None else
-                   _f(h0[0]) if fam == "Mamba2" else _f(h0[0])[:, None])
+                   _f(h0[0]) if m2 else _f(h0[0])[:, None])
         o["decay"] = torch.exp(o["dt"][..., None] * o["A"])  # [T, H, N]
         out.append(o)
     order = sorted(wanted)
     h, y = stepped(model, ids, start, order)
     for j, i in enumerate(order):
-        out[i]["h"] = h[:, j] if fam == "Mamba2" else h[:, j, :, None]  # Mamba-1 [T, E, N] -> [T, E, 1, N]
-    if fam == "Mamba1":  # the read-out with its skip, as the step's state_update returned it (before the gate)
+        out[i]["h"] = h[:, j] if m2 else h[:, j, :, None]  # Mamba-1 [T, E, N] -> [T, E, 1, N]
+    if not m2:  # the read-out with its skip, as the step's state_update returned it (before the gate)
         for i, o in enumerate(out):
             o["y"] = y[:, i, :, None]
     return out
@@ -182,7 +182,7 @@ def _pack(t: Tensor) -> dict:
 
 def head_slice(model, head: int) -> tuple[slice, int]:
     """The heads (scan rows) a walk's `head` shows: Mamba-2 the head itself, Mamba-1 GROUP channels."""
-    if model.config.family == "Mamba2":
+    if model.layout.ssm_kind == "mamba2":
         return slice(head, head + 1), model.config.nheads
     E = model.config.d_inner
     return slice(head * GROUP, min(E, (head + 1) * GROUP)), -(-E // GROUP)
@@ -198,11 +198,11 @@ def walk(model, ids: Sequence[int], layer: int, head: int, start: ContextState |
     (`_pack`ed), the tokens, the dims. With a start state, `h_zero` is the same walk's state from zeros
     (the "difference to zeros" view; the engine's steps alone, `stepped`). `recorded`: `record`'s
     result, when already made."""
-    cfg, fam = model.config, model.config.family
+    cfg, fam, m2 = model.config, model.config.family, model.layout.ssm_kind == "mamba2"  # fam: data for the page
     rec = (recorded or record(model, ids, start, [layer]))[layer]
     sl, _ = head_slice(model, head)
     E, N, K = cfg.d_inner, cfg.ssm_cfg.d_state, cfg.ssm_cfg.d_conv
-    if fam == "Mamba2":
+    if m2:
         P, G, GN = cfg.ssm_cfg.headdim, cfg.ssm_cfg.ngroups, cfg.ssm_cfg.ngroups * N
         g = head // (cfg.nheads // G)
         chans = [*range(head * P, (head + 1) * P), *range(E + g * N, E + (g + 1) * N), *range(E + GN + g * N, E + GN + (g + 1) * N)]
@@ -217,7 +217,7 @@ def walk(model, ids: Sequence[int], layer: int, head: int, start: ContextState |
         data = {"dt_all": rec["dt"][:, sl], "decay_all": rec["decay"][:, sl], "dt_raw": rec["dt_raw"][:, sl]}
     win = torch.cat([rec["conv_in"][chans].T, rec["pre"][:, chans]])  # [K-1+T, channels]
     h = torch.cat([rec["h0"][None], rec["h"]])[:, sl]  # [T+1, heads, P, N]
-    h = h[:, 0] if fam == "Mamba2" else h[:, :, 0]  # [T+1, P, N] (Mamba-1: [T+1, channels, N])
+    h = h[:, 0] if m2 else h[:, :, 0]  # [T+1, P, N] (Mamba-1: [T+1, channels, N])
     data.update(resid_in=rec["resid_in"], normed=rec["normed"], out=rec["out"], x=flat(rec["x"]),
                 z=rec["z"][:, ch], B=rec["B"][:, sl.start], C=rec["C"][:, sl.start], win=win, conv=rec["conv"][:, chans],
                 y_scan=flat(rec["y_scan"]), y=flat(rec["y"]), gated=rec["gated"][:, ch], h=h,
@@ -225,16 +225,16 @@ def walk(model, ids: Sequence[int], layer: int, head: int, start: ContextState |
     if start is not None:
         hz = stepped(model, ids, None, [layer])[0][:, 0, sl]  # [T, heads, P, N] (Mamba-1: [T, channels, N])
         hz = torch.cat([torch.zeros_like(hz[:1]), hz])  # the walk from zeros starts at zeros
-        data["h_zero"] = hz[:, 0] if fam == "Mamba2" else hz
+        data["h_zero"] = hz[:, 0] if m2 else hz
     out = {k: _pack(v) for k, v in data.items()}
     A = rec["A"][sl]
     out.update(family=fam, layer=layer, head=head, n_layers=cfg.n_layer, n_heads=n_heads(model),
                tokens=list(tokens) if tokens is not None else [str(i) for i in ids], T=len(ids), K=K,
                dims={"D": cfg.d_model, "E": E, "N": N, "P": h.shape[1], "H": rec["dt"].shape[1],
                      "conv_channels": len(chans)},
-               parts=({"x": h.shape[1], "B": N, "C": N} if fam == "Mamba2" else {"x": h.shape[1]}),
-               A=A[0, 0].item() if fam == "Mamba2" else A.tolist(), Dskip=D.tolist(),
-               channels=[sl.start, sl.stop - 1] if fam == "Mamba1" else None)
+               parts=({"x": h.shape[1], "B": N, "C": N} if m2 else {"x": h.shape[1]}),
+               A=A[0, 0].item() if m2 else A.tolist(), Dskip=D.tolist(),
+               channels=[sl.start, sl.stop - 1] if not m2 else None)
     return out
 
 

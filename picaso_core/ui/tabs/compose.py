@@ -209,7 +209,7 @@ def run_compose(res: Resources, req: ComposeRequest, progress=lambda *a, **kw: N
 
 def methods_of(res: Resources) -> tuple[str, ...]:
     """The rows of a run: every method, and on a hybrid the ablation (attention dropped) last."""
-    return names(methods_for(has_attention=res.hybrid))
+    return names(methods_for(has_attention=res.layout.has_attention))
 
 
 def model_resources(res: Resources, req: ComposeRequest) -> Resources:
@@ -237,7 +237,7 @@ def compose(res: Resources, *args, history: list[dict] | None = None, progress=l
     run = replace(req, k=req.k if req.contexts else len(ctxs))
     skipped = getattr(ctxs, "note", "")  # retrieval passed over contexts the store cannot serve
     # a hybrid's states grow with their tokens: their sizes, read from the stored states
-    sizes = state_sizes(res.states([c.cid for c in ctxs])) if res.hybrid else None
+    sizes = state_sizes(res.states([c.cid for c in ctxs])) if res.layout.has_attention else None
     return (
         contexts_html(ctxs),
         summary_md(ctxs, results, scored, len(res.model.tokenizer.encode(query)))
@@ -293,7 +293,7 @@ def endpoint_signature() -> inspect.Signature:
 # ---- layout ---------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     """Lay the tab out inside the current gr.Tab and wire its events."""
-    rows = methods_for(has_attention=res.hybrid)
+    rows = methods_for(has_attention=res.layout.has_attention)
     legend = "\n".join(f"- **{m.label}**: {m.paper}" for m in rows)
     note(limits(res), "compose-limits")
     choices = example_choices(res)

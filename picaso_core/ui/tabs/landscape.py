@@ -79,7 +79,7 @@ def limits(res: Resources) -> list[str]:
 
 def blocked(res: Resources) -> bool:
     n = corpus_counts(res)
-    return not n["samples"] or n["contexts"] < K or res.hybrid
+    return not n["samples"] or n["contexts"] < K or not res.layout.pure_ssm
 
 
 # a hybrid: fig2's planes mix the SSM tensors of states (analysis.landscape), which hold no keys and values
@@ -274,7 +274,7 @@ def outputs(d: dict, view: str = "contour"):
 def landscape(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: str = "u2-u3",
               view: str = "contour", progress=lambda *a, **kw: None):
     """The /landscape handler: every output of the tab. The default settings come from the cache."""
-    if res.hybrid:
+    if not res.layout.pure_ssm:
         raise bad_input(res.pure_ssm_only(HYBRID_WHAT), ENDPOINT)
     view = choice("view", (view or "contour").lower() if isinstance(view, str) else view, ("contour", "surface"),
                   ENDPOINT)
@@ -292,7 +292,7 @@ def landscape(res: Resources, sample: str = AVERAGE, steps: int = STEPS, pair: s
 def render(res: Resources) -> None:
     gr.Markdown(EXPLAIN)
     note(limits(res), "landscape-limits")
-    gr.Markdown(res.pure_ssm_only(HYBRID_WHAT), visible=res.hybrid, elem_id="landscape-hybrid", elem_classes="px-note")
+    gr.Markdown(res.pure_ssm_only(HYBRID_WHAT), visible=not res.layout.pure_ssm, elem_id="landscape-hybrid", elem_classes="px-note")
     # min widths: below about 1000 px the controls wrap onto two lines and the planes stack, instead
     # of squeezing four controls and two 344 px plots into one row
     with gr.Row(equal_height=False):

@@ -27,7 +27,7 @@ from picaso_core.light.assets import ASSETS
 from picaso_core.lab import primer as lab
 from picaso_core.lab.complexity import SERIES, measure_complexity
 from picaso_core.plots import primer as P
-from picaso_core.session import Resources, family_line
+from picaso_core.session import Resources
 from picaso_core.ui import budget
 from picaso_core.ui.code import client_snippet, show_code
 from picaso_core.ui.errors import bad_input, flag, text, whole_number
@@ -145,10 +145,10 @@ def selective(selectivity=1.0):
 def hybrid_note(res: Resources) -> str:
     """'' for a pure SSM; for a hybrid, what the model views read: its Mamba layers' scans only (lab.primer
     captures the scans; attention layers run none), numbered among the Mamba layers."""
-    if not res.hybrid:
+    if res.layout.pure_ssm:
         return ""
-    at = ", ".join(map(str, lab.mamba_layers(res.model.config)))
-    return (f"This model is a {family_line(res.model.config)}: the memory, Δ and attention views below read its "
+    at = ", ".join(map(str, res.layout.ssm_layers))
+    return (f"This model is a {res.layout.line()}: the memory, Δ and attention views below read its "
             f"**{res.state_layers} Mamba layers** only (attention layers run no scan). Layer i there is the i-th "
             f"Mamba layer; in the checkpoint they are layers {at}.")
 
@@ -165,7 +165,7 @@ def model_view(res: Resources, text_in=DEFAULT_TEXT):
         rows.append(f"layer {layer['layer']}: median **{fin.median():.0f}**, longest {fin.max():.0f} tokens"
                     if fin.numel() else f"layer {layer['layer']}: no decay")
     md = (f"{len(ids)} tokens read. Memory per head (tokens until the decay < {lab.DEFAULT_TOL:g}), "
-          + "; ".join(rows) + "." + (" Layers are numbered among the Mamba layers." if res.hybrid else ""))
+          + "; ".join(rows) + "." + (" Layers are numbered among the Mamba layers." if not res.layout.pure_ssm else ""))
     return P.memory_figure(prof), P.delta_tokens_figure(prof, tokens), md, prof, *_code("model", text=text_in)
 
 
@@ -174,14 +174,15 @@ def attention_view(res: Resources, text_in=DEFAULT_TEXT, layer=0, head=0):
     ep = "/primer_attention"
     cfg = res.model.config
     layer = whole_number("layer", layer, 0, res.state_layers - 1, ep)  # a hybrid: among its Mamba layers
-    heads = cfg.nheads if cfg.ssm_cfg.layer == "Mamba2" else cfg.d_inner
+    heads = cfg.nheads if res.layout.ssm_kind == "mamba2" else cfg.d_inner
     head = whole_number("head", head, 0, heads - 1, ep)
     ids, tokens = _ids(res, text_in, ep, MAX_M_TOKENS)
     budget.check(ep, budget.primer_attention(len(ids)))
     d = lab.semiseparable(res.model, ids, layer, head)
     d["tokens"] = tokens
     ok = d["relative_error"] <= 1e-4
-    where = f"Mamba layer {layer} (checkpoint layer {lab.mamba_layers(cfg)[layer]})" if res.hybrid else f"Layer {layer}"
+    where = (f"Mamba layer {layer} (checkpoint layer {res.layout.ssm_layers[layer]})" if not res.layout.pure_ssm
+             else f"Layer {layer}")
     md = (f"{where}, head {head}, {len(ids)} tokens, A = {d['A']:.3f}: **M x {'equals' if ok else 'differs from'} "
           f"the model's scan** — max |M x − scan| = {d['max_abs_diff']:.2e}, relative {d['relative_error']:.1e} "
           "(M in float64, the scan as the model ran it).")
@@ -255,7 +256,7 @@ def complexity(res: Resources, lengths="256, 512, 1024, 2048, 4096", one_thread=
     one_thread = flag("one_thread", one_thread, "/primer_complexity")
     cfg = res.model.config
     width = (dict(heads=cfg.nheads, headdim=cfg.ssm_cfg.headdim, d_state=cfg.ssm_cfg.d_state,
-                  chunk_size=cfg.ssm_cfg.chunk_size) if cfg.family == "Mamba2" else {})
+                  chunk_size=cfg.ssm_cfg.chunk_size) if res.layout.ssm_kind == "mamba2" else {})
     threads = 1 if one_thread and res.model.device.type == "cpu" else None
     r = measure_complexity(ls, device=res.model.device, threads=threads,
                            progress=lambda d, t, desc: progress(d / t, desc=desc), **width)
@@ -288,7 +289,7 @@ def _code(which: str, **kw) -> tuple[str, str]:
 # ---- layout ---------------------------------------------------------------------------------------
 def render(res: Resources) -> None:
     cfg = res.model.config
-    n_heads = cfg.nheads if cfg.ssm_cfg.layer == "Mamba2" else cfg.d_inner
+    n_heads = cfg.nheads if res.layout.ssm_kind == "mamba2" else cfg.d_inner
     live = dict(preprocess=False, trigger_mode="always_last", show_progress="hidden")
 
     primer_block.render(res)  # first: what one block does with a token, and what its state is (issue 50)
@@ -307,7 +308,7 @@ def render(res: Resources) -> None:
     lti_outs = [kernel_plot, eigen_plot, lti_md, lti_data, lti_py, lti_cl]
 
     gr.Markdown("#### In the loaded model\n" + SAY["model"])
-    gr.Markdown(hybrid_note(res), visible=res.hybrid, elem_id="primer-hybrid", elem_classes="px-note")
+    gr.Markdown(hybrid_note(res), visible=not res.layout.pure_ssm, elem_id="primer-hybrid", elem_classes="px-note")
     with gr.Row(equal_height=False):
         text_box = gr.Textbox(DEFAULT_TEXT, label="Text for the model to read", lines=2, scale=4, elem_id="primer-text",
                               info=f"used by the memory, Δ and attention views (at most {MAX_TEXT_TOKENS} tokens; "
@@ -328,7 +329,7 @@ def render(res: Resources) -> None:
     gr.Markdown("### 4. The Mamba-2 attention view\n" + SAY["attention"])
     with gr.Row():
         # count_slider: a one-layer or one-head model gets a fixed slider at 0 (gradio refuses min == max)
-        layer = count_slider(0, res.state_layers - 1, 0, label="Mamba layer" if res.hybrid else "layer",
+        layer = count_slider(0, res.state_layers - 1, 0, label="Mamba layer" if not res.layout.pure_ssm else "layer",
                              elem_id="primer-layer")
         head = count_slider(0, n_heads - 1, 0, label="head", elem_id="primer-head")
     attention_md = gr.Markdown(label="M x vs the scan", elem_id="primer-attention-md")

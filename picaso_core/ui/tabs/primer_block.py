@@ -98,11 +98,11 @@ WHAT = "The block walk (every layer a Mamba block)"
 
 
 def _where(res: Resources, layer, head, start, endpoint: str) -> tuple[int, int, str]:
-    if res.hybrid:  # lab.block_walk records a pure model's Mamba blocks
+    if not res.layout.pure_ssm:  # lab.block_walk records a pure model's Mamba blocks
         raise bad_input(res.pure_ssm_only(WHAT), endpoint)
     cfg = res.model.config
     layer = whole_number("layer", layer, 0, cfg.n_layer - 1, endpoint)
-    head = whole_number("head" if cfg.family == "Mamba2" else f"head (a group of {lab.GROUP} channels)", head, 0,
+    head = whole_number("head" if res.layout.ssm_kind == "mamba2" else f"head (a group of {lab.GROUP} channels)", head, 0,
                         lab.n_heads(res.model) - 1, endpoint)
     return layer, head, choice("start", start, list(STARTS), endpoint)
 
@@ -134,7 +134,7 @@ def walk_view(res: Resources, text_in=None, layer=None, head=0, start="zeros"):
     data = lab.walk(res.model, ids, layer, head, state, tokens, recorded=rec)
     data["start"], data["start_said"] = start, said
     f = facts(res, data, rec[layer])
-    md = (f"{len(ids)} tokens, layer {layer}, {'head' if f['family'] == 'Mamba2' else 'channel group'} {head}, "
+    md = (f"{len(ids)} tokens, layer {layer}, {'head' if res.layout.ssm_kind == 'mamba2' else 'channel group'} {head}, "
           f"{said}. This head keeps a share a = exp(Δ·A) of its state per token, here **{f['decay_min']:.3f} to "
           f"{f['decay_max']:.3f}**; its state holds {f['P']} × {f['N']} numbers, the layer's "
           f"{f['layer_numbers']:,}, the model's {f['model_numbers']:,} whatever the text's length.")
@@ -164,8 +164,9 @@ def tour_view(res: Resources, text_in=None, layer=1, head=0, start="zeros"):
     outputs, f, rec = walk_view(res, text_in, layer, head, start)
     sl, _ = lab.head_slice(res.model, outputs[0]["head"])
     h = rec["h"][:, sl]
-    h = h[:, 0] if f["family"] == "Mamba2" else h[:, :, 0]  # [T, P, N] (Mamba-1: the group's channels x N)
-    where = f"head {f['head']}" if f["family"] == "Mamba2" else f"channels of group {f['head']}"
+    m2 = res.layout.ssm_kind == "mamba2"
+    h = h[:, 0] if m2 else h[:, :, 0]  # [T, P, N] (Mamba-1: the group's channels x N)
+    where = f"head {f['head']}" if m2 else f"channels of group {f['head']}"
     fig = state_snapshots_figure(h, outputs[0]["tokens"], f"The state of layer {f['layer']}, {where}, as the text is read")
     return outputs, f, fig
 
@@ -174,7 +175,7 @@ def tour_view(res: Resources, text_in=None, layer=1, head=0, start="zeros"):
 def render(res: Resources) -> list[PageLoad]:
     cfg = res.model.config
     gr.Markdown("### Inside a Mamba block, one token at a time\n" + SAY)
-    gr.Markdown(res.pure_ssm_only(WHAT), visible=res.hybrid, elem_id="walk-hybrid", elem_classes="px-note")
+    gr.Markdown(res.pure_ssm_only(WHAT), visible=not res.layout.pure_ssm, elem_id="walk-hybrid", elem_classes="px-note")
     with gr.Row(equal_height=False):
         text_box = gr.Textbox(default_text(res), label="Text the block reads", lines=1, scale=4, elem_id="walk-text",
                               info=f"at most {budget.CAPS[VIEW].most} tokens")
@@ -183,9 +184,9 @@ def render(res: Resources) -> list[PageLoad]:
     with gr.Row(equal_height=False):
         layer = count_slider(0, cfg.n_layer - 1, min(1, cfg.n_layer - 1), label="walk layer", elem_id="walk-layer")
         head = count_slider(0, lab.n_heads(res.model) - 1, 0, elem_id="walk-head",
-                            label="walk head" if cfg.family == "Mamba2" else f"walk channels (groups of {lab.GROUP})")
+                            label="walk head" if res.layout.ssm_kind == "mamba2" else f"walk channels (groups of {lab.GROUP})")
         run = gr.Button("Walk", variant="primary", elem_id="walk-run", scale=0, min_width=100,
-                        interactive=not res.hybrid)
+                        interactive=res.layout.pure_ssm)
     # where the walk is (token, stage) lives in the page; these hidden twins carry it in a link
     # (tour.links.PAGE_HELD: Copy link reads the page's, primer_block_js applies a restored link's)
     gr.Number(0, precision=0, minimum=0, maximum=budget.CAPS[VIEW].most - 1, visible=False, label="walk token",
@@ -211,7 +212,7 @@ def render(res: Resources) -> list[PageLoad]:
     @gpu(duration=15)
     def opening(shown):
         """The default walk, unless a walk is on screen already (a link's, or a click's before this load ran)."""
-        if shown or res.hybrid:  # a hybrid: the section's note says why there is no walk
+        if shown or not res.layout.pure_ssm:  # a hybrid: the section's note says why there is no walk
             return [gr.skip()] * len(outs)
         walk_data, *rest = res.derived("block_walk_default", lambda: walk_view(res)[0])
         return [{**walk_data, "opening": True}, *rest]

@@ -48,7 +48,7 @@ def render(res: Resources) -> None:
         "In-Context Skill Learning, Retrieval and Mixing, Pióro et al. 2024.)*  \n" + LOOK_AT)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=280):
-            layer = count_slider(0, n_layer - 1, n_layer // 2, label="Mamba layer" if res.hybrid else "Layer",
+            layer = count_slider(0, n_layer - 1, n_layer // 2, label="Mamba layer" if not res.layout.pure_ssm else "Layer",
                                  elem_id="soup-layer")
             part = gr.Radio([("SSM state", "ssm"), ("conv state", "conv")], value="ssm", label="State part")
             method = gr.Radio([("PCA", "pca"), ("t-SNE", "tsne"), ("UMAP", "umap")], value=DEFAULT_METHOD,
@@ -110,11 +110,11 @@ def render(res: Resources) -> None:
                 "score the test chunk from the state of c1 then c2 (concat), from x(c2) + A(c2)·x(c1) "
                 "(A-decay: exact for one layer), from the mean of the two states, and from c2 alone.")
     note(decay_limits(res), "soup-decay-limits")
-    gr.Markdown(res.pure_ssm_only(DECAY_WHAT), visible=res.hybrid, elem_id="soup-decay-hybrid", elem_classes="px-note")
+    gr.Markdown(res.pure_ssm_only(DECAY_WHAT), visible=not res.layout.pure_ssm, elem_id="soup-decay-hybrid", elem_classes="px-note")
     with gr.Row():
         chunk_tokens = gr.Slider(16, 200, value=100, step=4, label="Tokens per chunk")
         documents = gr.Slider(1, 50, value=10, step=1, label="Windows")
-        decay_run = gr.Button("Compare", variant="primary", elem_id="soup-decay-run", interactive=not res.hybrid)
+        decay_run = gr.Button("Compare", variant="primary", elem_id="soup-decay-run", interactive=res.layout.pure_ssm)
     decay_summary = gr.Markdown(label="A-decay summary")
     decay_fig = gr.Plot(label="Loss on the test chunk", elem_id="soup-decay")
     with gr.Accordion("A-decay data", open=False):

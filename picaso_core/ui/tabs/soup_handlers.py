@@ -55,7 +55,7 @@ def _choice(name: str, value, choices, endpoint: str):
 
 def _layer(res: Resources, value, endpoint: str) -> int:
     n = res.state_layers  # a hybrid's states stack its Mamba layers only
-    kind = "Mamba layers" if res.hybrid else "layers"
+    kind = "Mamba layers" if not res.layout.pure_ssm else "layers"
     return whole_number(f"layer (this model's states have {kind} 0..{n - 1})", value, 0, n - 1, endpoint)
 
 

@@ -311,7 +311,7 @@ def hybrid_text(f: dict) -> str:
 def compose_hybrid(res: Resources, memo=None, **inputs) -> View:
     """The Compose tab's run on the bundled hybrid beside the app's model: every method and the ablation.
     On a hybrid app, the app's own model alone (no second model is loaded)."""
-    own = res.hybrid
+    own = res.layout.has_attention
     if not own and hybrid_fingerprint() == "absent":
         return View(f"The bundled hybrid model is missing: make it with `python {BUNDLED[HYBRID_MODEL][1]}`.")
     hy_res = res if own else hybrid_resources(res)
@@ -417,6 +417,7 @@ def block_walk_text(f: dict) -> str:
     ratio = f["norm_last"] / max(f["norm_first"], 1e-12)
     how = ("grows" if ratio > 1.1 else "shrinks" if ratio < 0.9 else "stays about the same") + \
         f" from **{f['norm_first']:.3f}** after the first token to **{f['norm_last']:.3f}** after token {f['tokens']}"
+    # the walk's facts are plain data (the step's text is made from them alone): their family, not a layout
     unit = "head" if f["family"] == "Mamba2" else "channel group"
     return (f"**Look at** the state of layer {f['layer']}, {unit} {f['head']}: a {f['P']} × {f['N']} matrix that every "
             f"token updates, h ← a·h + Δ·x·Bᵀ. It keeps a share a = exp(Δ·A) of what it held, here between "
