@@ -10,7 +10,8 @@ PICASO_MAX_CONTEXTS, PICASO_DEVICE, PICASO_DTYPE, PICASO_ENCODE_ALL, PICASO_STOR
 over its variable. Serving many visitors (--workers, --queue-size, --max-sessions, --compose-cache-mb, --threads,
 --time-limit, --max-upload-mb; PICASO_WORKERS, PICASO_QUEUE_SIZE, PICASO_MAX_SESSIONS, PICASO_COMPOSE_CACHE_MB,
 PICASO_THREADS, PICASO_TIME_LIMITS, PICASO_MAX_UPLOAD_MB; exports: PICASO_EXPORT_TTL_S, PICASO_EXPORT_MAX_MB):
-docs/serving.md.
+docs/serving.md. The app starts only with the Gradio it is tested on (PICASO_GRADIO_UNCHECKED=1: with any;
+docs/serving.md, 'The Gradio seam').
 
 The model, corpus, state store and retriever load once (picaso_core.session) and are shared
 read-only by every user; per-user data lives in gr.State inside the tabs. Each tab is a module of
@@ -22,34 +23,35 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
+import types
 
 # What parse_args reads is light (no torch, no gradio), so `--help` and a mistyped flag answer at once.
 from picaso_core.light.defaults import DEFAULT_CACHE, DEFAULT_MAX_TOKENS, DEFAULT_SPLIT, DTYPES
 from picaso_core.ui.server import settings, time_limits
 
-# The serving half's names, which _import_serving() sets. `app.TABS`, `app.load_resources` (tests
-# patch it) and the others import it on first use (PEP 562 __getattr__ below): `import app` is light too.
+# The serving half (gradio, torch through the session, the tabs): imported after the arguments are
+# read, once, into one holder (`_serving()`). At the top of the module it made `--help` and an argument
+# error take ~30 s. `app.TABS`, `app.load_resources` (tests patch it) and the others read the holder
+# through this module (PEP 562 __getattr__ below), and a name set on the module is set on the holder
+# (`_AppModule`), so a test's patch reaches main(): `import app` is light too.
 _SERVING = frozenset({"gr", "check_device", "Resources", "fault_message", "load_resources", "code", "CSS", "JS",
-                      "THEME", "header", "page_loads", "defer_loads", "serving", "on_zerogpu", "attribution",
+                      "THEME", "header", "page_loads", "defer_loads", "serving", "on_zerogpu", "errors", "attribution",
                       "benchmarks", "coffee", "compose", "compose_runs", "finetune", "landscape", "primer", "soup",
                       "tour", "tour_controls", "tab_key", "TABS"})
-_serving_imported = False
+_held: list[types.SimpleNamespace] = []  # the holder, once made
 
 
-def _import_serving() -> None:
-    """Import the serving half (gradio, torch through the session, the tabs) as this module's names,
-    once. It comes after the arguments are read: at the top of the module it made `--help` and an
-    argument error take ~30 s."""
-    global _serving_imported, gr, check_device, Resources, fault_message, load_resources, code, CSS, JS, THEME, \
-        header, page_loads, defer_loads, serving, on_zerogpu, attribution, benchmarks, coffee, compose, compose_runs, \
-        finetune, landscape, primer, soup, tour, tour_controls, tab_key, TABS
-    if _serving_imported:  # once: a name a test patched after the first import stays patched
-        return
+def _serving() -> types.SimpleNamespace:
+    """The serving half's names, imported on the first call (later calls: the same holder, with
+    whatever a test set on it)."""
+    if _held:
+        return _held[0]
     import gradio as gr
 
     from picaso_core.engine.loading import check_device
     from picaso_core.session import Resources, fault_message, load_resources
-    from picaso_core.ui import code
+    from picaso_core.ui import code, errors
     from picaso_core.ui.layout import CSS, JS, THEME, defer_loads, header, page_loads
     from picaso_core.ui.server import serving
     from picaso_core.ui.server.gpu import on_zerogpu
@@ -60,32 +62,48 @@ def _import_serving() -> None:
     from picaso_core.ui.tour.links import tab_key
 
     TABS = (compose, soup, landscape, attribution, benchmarks, finetune, primer, coffee)  # the order a talk walks
-    _serving_imported = True
+    names = locals()
+    _held.append(types.SimpleNamespace(**{name: names[name] for name in _SERVING}))
+    return _held[0]
 
 
 def __getattr__(name: str):
     if name in _SERVING:
-        _import_serving()
-        return globals()[name]
+        return getattr(_serving(), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+class _AppModule(types.ModuleType):
+    """This module's type: a serving-half name set on it (a test's monkeypatch) goes to the holder."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _SERVING:
+            setattr(_serving(), name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _AppModule
+
+
 def build_app(res: Resources) -> gr.Blocks:
-    _import_serving()
+    s = _serving()
+    gr, tour_controls = s.gr, s.tour_controls
+    s.errors.answer_in_one_line()  # a store fault as the visitor's error, a wrong input count in one line
     with gr.Blocks(title="PICASO Explorer") as demo:
         with gr.Row(elem_id="px-head"):  # one line in talk mode (layout.CSS): the title, the model, the controls
-            header(res)
+            s.header(res)
             talk = tour_controls.render_controls(res)  # Start the tour, Copy link, Large text; the tour bar
         blocks = {}
         with gr.Tabs() as tabs:
-            for tab in TABS:
-                key = tab_key(tab.TITLE)
+            for tab in s.TABS:
+                key = s.tab_key(tab.TITLE)
                 with gr.Tab(tab.TITLE, id=key) as blocks[key]:
-                    page_loads(demo, tab.render(res))  # a tab's opening values come with the page's load
+                    s.page_loads(demo, tab.render(res))  # a tab's opening values come with the page's load
                     tour_controls.render_exports(res, key, blocks[key])
         gate = tour_controls.wire(demo, res, talk, tabs, blocks)
-    serving.lazy_figures(demo)  # prebuilt figures come with the page's load, not inside /config
-    defer_loads(demo, gate)  # a link's figure first, the plots and model work of the page's load after it
+    s.serving.lazy_figures(demo)  # prebuilt figures come with the page's load, not inside /config
+    s.defer_loads(demo, gate)  # a link's figure first, the plots and model work of the page's load after it
     return demo
 
 
@@ -172,35 +190,49 @@ def _env_int(p: argparse.ArgumentParser, env: dict[str, str], name: str, default
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    _import_serving()  # after the arguments: --help and a mistyped flag answer without it
+    check_gradio()  # before anything of Gradio's is used: the app replaces some of its internals
+    s = _serving()  # after the arguments: --help and a mistyped flag answer without it
+    serving, tour_controls = s.serving, s.tour_controls
     try:  # before anything loads: a device this torch cannot give (PICASO_DEVICE=cuda on the CPU image)
-        check_device(args.device)
+        s.check_device(args.device)
     except RuntimeError as e:  # one line naming the fix, not a traceback
         raise SystemExit(f"error: {e}") from None
     try:
-        res = load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
+        res = s.load_resources(args.model, args.corpus, args.split, args.cache_dir, args.max_tokens, args.max_contexts,
                              args.device, encode_all=args.encode_all, database=args.database, store=args.store,
                              dtype=args.dtype)
     except Exception as e:  # a known fault (a damaged store, a bad corpus file): one line naming the fix
-        message = fault_message(e, args.cache_dir)
+        message = s.fault_message(e, args.cache_dir)
         if message is None:  # anything else is a bug: its traceback
             raise
         raise SystemExit(f"error: {message}") from None
-    code.serve_address(args.host, args.port)  # the API snippets name the address served on
+    s.code.serve_address(args.host, args.port)  # the API snippets name the address served on
     demo = build_app(res)
     if not args.no_tour_prebuild:
-        tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
+        s.tour.ensure_built(res)  # the tour's results for a new model or corpus: built in the background
     # one line per rejected input (picaso_core.ui.errors), not a traceback
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    if not on_zerogpu():  # there the model runs only inside a handler lent a GPU (picaso_core.ui.server.gpu)
-        serving.in_background(compose.warm, res)  # the example every visitor clicks first, scored ahead
+    if not s.on_zerogpu():  # there the model runs only inside a handler lent a GPU (picaso_core.ui.server.gpu)
+        serving.in_background(s.compose.warm, res)  # the example every visitor clicks first, scored ahead
     # one pool of --workers for every model-bound event, a queue of --queue-size (picaso_core.ui.server)
     limits = serving.serve(demo, workers=args.workers, queue_size=args.queue_size, max_sessions=args.max_sessions,
                            threads=args.threads, time_limits=args.time_limits, max_upload_mb=args.max_upload_mb,
                            routes=tour_controls.download_routes())  # the exports' downloads
-    compose_runs.set_budget(args.compose_cache_mb)  # the Compose tab's composed-state cache
+    s.compose_runs.set_budget(args.compose_cache_mb)  # the Compose tab's composed-state cache
     serving.register_memory(demo, res, args.max_sessions)  # /cache_stats's "memory": what each cache holds
-    demo.launch(server_name=args.host, server_port=args.port, theme=THEME, css=CSS, js=JS, show_error=True, **limits)
+    demo.launch(server_name=args.host, server_port=args.port, theme=s.THEME, css=s.CSS, js=s.JS, show_error=True, **limits)
+
+
+def check_gradio() -> None:
+    """Refuse to start, in one line on stderr with a non-zero exit, when the installed Gradio is
+    outside the versions the app is tested on (picaso_core.ui.server.gradio_compat.TESTED; the line
+    says what to install; PICASO_GRADIO_UNCHECKED=1 starts anyway)."""
+    from picaso_core.ui.server.gradio_compat import UnsupportedGradio, check_gradio_version  # imports gradio
+
+    try:
+        check_gradio_version()
+    except UnsupportedGradio as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ retriever), below the UI. bench/, scripts/, notebooks and the app all start from
 No Gradio here: `load_resources` is what `python app.py` runs before building the page, and what a
 notebook or bench script can run on its own. A request that fails on a known store fault raises
 `StoreFault` (one line, no server path); the app's UI presents it as its own error
-(`Resources.store_fault`, set by picaso_core.ui.errors).
+(`raise_store_faults_as`, called by picaso_core.ui.errors.answer_in_one_line as the app is built).
 
 The store is a cache: <cache_dir>/<corpus>-<split>-<model fingerprint>/. Opening it reads only
 store.json (states load lazily from disk). A context is encoded the first time a request uses it and
@@ -93,6 +93,12 @@ def store_fault(error: Exception, paths=()) -> Exception:
     return StoreFault(public_message(str(error), paths))
 
 
+def raise_store_faults_as(make: Callable[[Exception, list], Exception]) -> None:
+    """From now on, every Resources' request raises a known store fault as `make(error, paths)`
+    (default: `store_fault`'s StoreFault); the app's UI passes its visitor error."""
+    Resources.store_fault = staticmethod(make)
+
+
 @dataclass
 class Resources:
     """Loaded once per process and shared by every user. Per request, only `states` writes: it adds
@@ -110,7 +116,7 @@ class Resources:
     cache_dir: Path = DEFAULT_CACHE
 
     # how a request's store fault is raised: the session's StoreFault; the app's UI replaces it with
-    # its own visitor error (picaso_core.ui.errors installs it)
+    # its own visitor error (`raise_store_faults_as`)
     store_fault: ClassVar[Callable[[Exception, list], Exception]] = staticmethod(store_fault)
 
     def __post_init__(self):

@@ -11,6 +11,10 @@ Every text a visitor sends is `normalise`d before it reaches a tokenizer (`text`
 it): a lone UTF-16 surrogate (JSON "\\ud800") made the tokenizer raise "TextInputSequence must be
 str" with a 38-line traceback. A call with the wrong number of input values is answered in one line
 by the app (`check_input_count`, below), not by Gradio's message naming its components.
+
+Importing this module changes nothing elsewhere: `answer_in_one_line()`, called as the app is built
+(app.build_app), installs the two answers that reach beyond it (a store fault as the visitor's error,
+the input count through the Gradio seam).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import re
 
 import gradio as gr
 
-from picaso_core.session import Resources
+from picaso_core.session import raise_store_faults_as
 from picaso_core.session import store_fault as session_store_fault
+from picaso_core.ui.server import gradio_compat
 
 log = logging.getLogger("picaso_explorer")
 
@@ -59,8 +64,14 @@ def store_fault(error: Exception, paths=()) -> gr.Error:
     return gr.Error(str(session_store_fault(error, paths)), print_exception=False)
 
 
-# every request of the app raises its store faults as the visitor's error above
-Resources.store_fault = staticmethod(store_fault)
+def answer_in_one_line() -> None:
+    """Install the app's one-line answers where they reach beyond this module, once the app is built
+    (app.build_app; a test that calls a tab's handlers without the app calls it itself): every
+    Resources' store fault raised as the visitor's error (`store_fault`, through the session's
+    `raise_store_faults_as`), and every Blocks' call with a wrong number of input values answered by
+    `check_input_count` (through the Gradio seam, gradio_compat.check_input_count). Idempotent."""
+    raise_store_faults_as(store_fault)
+    gradio_compat.check_input_count(check_input_count)
 
 
 def whole_number(name: str, value, lo: int, hi: int, endpoint: str = "") -> int:
@@ -123,23 +134,16 @@ def id_list(name: str, value, endpoint: str = "", max_items: int = 1000) -> list
 
 
 def check_input_count(blocks: gr.Blocks, block_fn, inputs: list) -> None:
-    """Blocks.validate_inputs, answering a call with too few or too many input values (`data=[]`)
-    in one line that names the endpoint and the count it takes. Gradio's own check raises a
-    ValueError naming its components (`[<gradio.components.textbox.Textbox object at 0x...>, ...]`),
-    printed with a traceback, and ignores extra values. Installed on gr.Blocks below, as the one
-    hook every event passes (queued or not, named or hidden) before any handler runs."""
+    """Answer a call with too few or too many input values (`data=[]`) in one line that names the
+    endpoint and the count it takes; Gradio's own check (which raises a ValueError naming its
+    components, printed with a traceback, and ignores extra values) runs after it. Installed ahead
+    of gr.Blocks.validate_inputs, the one hook every event passes (queued or not, named or hidden)
+    before any handler runs, by `answer_in_one_line` (gradio_compat.check_input_count)."""
     if len(inputs) != len(block_fn.inputs):
         takes = sum(not getattr(b, "skip_api", False) for b in block_fn.inputs)  # gr.State is not sent
         name = block_fn.api_name if isinstance(block_fn.api_name, str) else block_fn.name
         raise bad_input(f"/{name} takes {takes} input value{'s' * (takes != 1)}, got {len(inputs)}: send one per "
                         "parameter, in order (gradio_client's predict fills in those left out)")
-    _gradio_validate_inputs(blocks, block_fn, inputs)
-
-
-# every Blocks of the app answers a wrong input count in one line (the tabs import this module)
-_gradio_validate_inputs = getattr(gr.Blocks.validate_inputs, "gradio_own", gr.Blocks.validate_inputs)  # reload-safe
-check_input_count.gradio_own = _gradio_validate_inputs
-gr.Blocks.validate_inputs = check_input_count
 
 
 def clip(text: str, n: int) -> str:

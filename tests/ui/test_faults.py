@@ -251,7 +251,9 @@ def test_app_start_refusal_is_one_line_on_stderr_in_a_real_process(setup, tmp_pa
 @pytest.fixture
 def served(setup, tmp_path):
     from picaso_core.session import load_resources
+    from picaso_core.ui import errors
 
+    errors.answer_in_one_line()  # a request's store fault as the visitor's error, as the app does
     folder = copy_store(setup, tmp_path)
     res = load_resources(setup["model_dir"], str(setup["corpus"]), store=str(folder), cache_dir=tmp_path / "cache",
                          embedder=BagOfWords(), log=lambda msg: None)
@@ -310,9 +312,11 @@ READ_ONLY_SCRIPT = textwrap.dedent('''
     sys.path[:0] = [{root!r}, {tests!r}]
     import gradio as gr
     from picaso_core.session import load_resources
+    from picaso_core.ui import errors
     from picaso_core.ui.tabs.compose import compose
     from picaso_core.store.cli import main as store_main
     from conftest import BagOfWords
+    errors.answer_in_one_line()  # a store fault as the visitor's error, as the app does
     res = load_resources({model!r}, {corpus!r}, store={store!r}, cache_dir={cache!r}, embedder=BagOfWords(),
                          log=lambda m: None)
     out = {{"read_only": res.store.read_only}}

@@ -32,6 +32,8 @@ import statistics
 import time
 from collections import deque
 
+from picaso_core.ui.server.gradio_compat import time_process_events
+
 BUSY = "busy: {ahead} jobs ahead, try again in about {wait} s"
 KEEP = 32  # recent model-bound jobs whose durations estimate the wait
 
@@ -40,27 +42,14 @@ class Load:
     """What the model pool is doing, for the busy message and the bound: its jobs waiting and
     running (their start) and the durations of its last `KEEP` jobs, timed around Gradio's per-job
     coroutine (`Queue.process_events`, the one place every job runs through, generators to their
-    end). `size`: the most model-bound events waiting (None: no bound)."""
+    end: gradio_compat.time_process_events). `size`: the most model-bound events waiting (None: no bound)."""
 
     def __init__(self, queue, workers: int, pool: str, size: int | None = None):
         self.queue, self.workers, self.pool, self.size = queue, workers, pool, size
         self.durations: deque[float] = deque(maxlen=KEEP)
         self.running: dict[int, float] = {}
         self.joining = 0  # model-bound joins let through by the gate whose route has not answered yet
-        run = queue.process_events
-
-        async def timed(events, batch, begin_time, fn, *args, **kwargs):
-            if not self.bound(fn):  # light events say nothing of the wait
-                return await run(events, batch, begin_time, fn, *args, **kwargs)
-            key, t0 = object(), time.monotonic()
-            self.running[id(key)] = t0
-            try:
-                return await run(events, batch, begin_time, fn, *args, **kwargs)
-            finally:
-                del self.running[id(key)]
-                self.durations.append(time.monotonic() - t0)
-
-        queue.process_events = timed
+        time_process_events(queue, self)  # running and durations kept around each model-bound job (the Gradio seam)
 
     def bound(self, fn) -> bool:
         """Whether the event `fn` runs in the model pool (and so counts against `size`)."""

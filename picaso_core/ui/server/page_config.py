@@ -25,21 +25,17 @@ What each entry rests on, as the frontend of the installed Gradio reads it:
   events are queued by default.
 
 Two more things make a page cheap to serve many times: `PageCache` (the finished page and /config,
-kept per way they are asked) and `share_session_configs` (a new session's component configs,
-built once per app instead of once per visitor).
+kept per way they are asked) and gradio_compat.shared_session_config (a new session's component
+configs, built once per app instead of once per visitor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import weakref
 from collections import OrderedDict
-from copy import copy
 
 from gradio.blocks import Block
-from gradio.state_holder import SessionState
 from gradio_client.utils import SKIP_COMPONENTS, value_is_file
 
 # per component: its API schema as input and as output, and example inputs (see the module's doc)
@@ -226,51 +222,6 @@ class PageCache:
         finally:
             del self.building[key]
             done.set_result(None)
-
-
-_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Blocks -> (its blocks, shared configs)
-
-
-class _Shared(dict):
-    """A component's config shared by every session of an app: copied before a session changes it."""
-
-
-def share_session_configs() -> None:
-    """Build a new session's per-component configs once per app (per Blocks), not per session.
-
-    Gradio 6.31's `SessionState.__init__` builds `config_for_block` (API schemas included) for every
-    block of the app per new session. Here each session gets its own outer dict holding the app's
-    shared entries; `_update_value_in_config`, the one change Gradio makes to an entry in place,
-    copies it first (`_update_config` and `__setitem__` put in a new entry), so one session's values
-    never reach another's. Idempotent."""
-    if getattr(SessionState, "_picaso_shared", False):
-        return
-    own_update = SessionState._update_value_in_config
-
-    def __init__(self, blocks):
-        self.blocks_config = copy_config = copy(blocks.default_config)
-        shown = [(k, v) for k, v in copy_config.blocks.items() if k in blocks.blocks]
-        cached = _SHARED.get(blocks)
-        if cached is None or len(cached[0]) != len(shown) or any(
-                k != k0 or v is not v0 for (k, v), (k0, v0) in zip(shown, cached[0])):
-            cached = _SHARED[blocks] = (shown, {k: _Shared(copy_config.config_for_block(k, [], v)) for k, v in shown})
-        self.config_values = dict(cached[1])
-        self.state_data = {}
-        self._state_ttl = {}
-        self.is_closed = False
-        self.STATE_TTL_WHEN_CLOSED = 1 if os.getenv("GRADIO_IS_E2E_TEST", None) else 3600  # as Gradio's
-
-    def _update_value_in_config(self, key, value):
-        entry = self.config_values.get(key)
-        if isinstance(entry, _Shared):  # this session's own copy before it changes
-            entry = self.config_values[key] = dict(entry)
-            if isinstance(entry.get("props"), dict):
-                entry["props"] = dict(entry["props"])
-        return own_update(self, key, value)
-
-    SessionState.__init__ = __init__
-    SessionState._update_value_in_config = _update_value_in_config
-    SessionState._picaso_shared = True
 
 
 class HideUploadPaths:

@@ -22,17 +22,16 @@ import time
 
 import gradio as gr
 import torch
-from gradio import route_utils
 from gradio.components.plot import PlotData
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 
 from picaso_core.light import memory
 from picaso_core.store.format import CACHE_BYTES
-from picaso_core.ui.server import jobs
+from picaso_core.ui.server import gradio_compat, jobs
 from picaso_core.ui.server.busy import BUSY, BusyGate, Load  # noqa: F401  (BUSY: serving's API)
 from picaso_core.ui.server.page_config import (UNREAD_KEYS, HideUploadPaths, PageCache, SlimConfig,  # noqa: F401  (serving's API)
-                                                share_session_configs, slim_config)
+                                                slim_config)
 # the flags' settings and checks, light for app.py's --help: re-exported as serving's API
 from picaso_core.ui.server.settings import (DEFAULT_QUEUE_SIZE, DEFAULT_SESSIONS, DEFAULT_THREADS,  # noqa: F401
                                             DEFAULT_WORKERS, check, check_cache_mb, settings)
@@ -42,7 +41,7 @@ MODEL = dict(concurrency_limit="default", concurrency_id=POOL)  # the shared poo
 LIGHT = dict(concurrency_limit=None)  # no model work: never waits behind one
 HISTORY_ROWS = 20  # rows of a session's run history kept
 LIGHT_THREADS = 14  # threads beyond the pool's: light events and Gradio's own sync routes (/info)
-LOCALHOST_WAIT_S = 60.0  # how long launch() may wait for its own page to answer (patient_localhost_check)
+LOCALHOST_WAIT_S = 60.0  # how long launch() may wait for its own page to answer (gradio_compat.patient_localhost_check)
 
 
 def job_threads(workers: int, threads: int = 0, cores: int | None = None) -> int:
@@ -80,11 +79,11 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: in
     torch.set_num_threads(job_threads(workers, threads))
     # Gradio's max_size would count light events too (a room's tour steps): the pool's bound is _say_busy's
     demo.queue(default_concurrency_limit=workers, max_size=None)
-    load = _say_busy(demo._queue, workers, queue_size or None)
-    share_session_configs()  # a new session's configs built once, not per visitor (page_config)
+    load = _say_busy(gradio_compat.queue_of(demo), workers, queue_size or None)
+    gradio_compat.shared_session_config()  # a new session's configs built once, not per visitor
     jobs.limit_jobs(demo, time_limits, POOL)  # each model-bound job under its endpoint's limit (None: the defaults)
     tune_allocator()
-    patient_localhost_check()
+    gradio_compat.patient_localhost_check(LOCALHOST_WAIT_S)  # launch() may wait longer for its own page
     in_background(_trim_every, TRIM_EVERY_S)
     demo.delete_cache = (600, 3600)  # temporary files (uploads, outputs) older than an hour, checked every 10 min
     # a new session costs a copy of the page's config (~100s of kB): without a bound, every
@@ -95,30 +94,6 @@ def serve(demo, *, workers: int, queue_size: int, max_sessions: int, threads: in
     return dict(state_session_capacity=max_sessions, max_threads=workers + LIGHT_THREADS,
                 app_kwargs={**compressed(load, hide_upload_paths=not takes_files(demo)), "routes": list(routes)},
                 max_file_size=None if max_upload_mb is None else int(max_upload_mb * 1e6))
-
-
-def patient_localhost_check(limit_s: float = LOCALHOST_WAIT_S) -> None:
-    """launch() asks its own page five times, 3 s each, and refuses to start ("When localhost is not
-    accessible, a shareable link must be created") if no answer came: on a busy machine, with the start's
-    background work (the tour's build, a warm-up click) holding the interpreter, the page can take longer
-    than that and the app died at start. Here the same question waits up to `limit_s` seconds."""
-    from gradio import networking  # launch() reads networking.url_ok when it runs
-
-    def url_ok(url: str) -> bool:
-        import httpx  # gradio's own client
-
-        end = time.monotonic() + limit_s
-        while True:
-            try:
-                if httpx.head(url, timeout=min(15.0, limit_s), verify=False).status_code in (200, 401, 301, 302, 303, 307, 308):
-                    return True
-            except (httpx.ConnectError, httpx.TimeoutException):
-                pass
-            if time.monotonic() >= end:
-                return False
-            time.sleep(0.5)
-
-    networking.url_ok = url_ok
 
 
 def takes_files(demo) -> bool:
@@ -212,24 +187,9 @@ def _say_busy(queue, workers: int, size: int | None = None) -> Load:
     Gradio's route runs; a model-bound join that passed the gate as the last place was taken, or
     came by /call/<api_name>, is refused here in the same words. Light events are never refused.
     Returns the queue's `Load` the gate reads."""
-    load, push = Load(queue, workers, POOL, size), queue.push
-
-    async def push_or_busy(body, *args, **kwargs):
-        if size is not None and load.waiting() >= size and load.bound(_fn(queue, body)):
-            return False, load.message()[0], "queue_full"
-        ok, detail, status = await push(body, *args, **kwargs)
-        return (ok, load.message()[0], status) if status == "queue_full" else (ok, detail, status)
-
-    queue.push = push_or_busy
+    load = Load(queue, workers, POOL, size)
+    gradio_compat.say_busy_on_push(queue, load, size)
     return load
-
-
-def _fn(queue, body):
-    """The event a join names, or None (Gradio's push answers for a join it cannot place)."""
-    try:
-        return route_utils.get_fn(queue.blocks, None, body)
-    except Exception:  # noqa: BLE001  (an unknown event: push's own error)
-        return None
 
 
 _TRIM = threading.Lock()

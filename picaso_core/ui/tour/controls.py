@@ -11,7 +11,6 @@ comes from picaso_core.ui.tour.
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from gradio.data_classes import GradioModel, GradioRootModel
 
 from picaso_core.session import Resources
 from picaso_core.ui.errors import bad_input
+from picaso_core.ui.server.gradio_compat import skip_unchanged_postprocess
 from picaso_core.ui.server.serving import LIGHT, MODEL
 from picaso_core.ui.tabs import attribution as attribution_tab
 from picaso_core.ui.tabs import compose as compose_tab
@@ -397,36 +397,10 @@ def wire(demo: gr.Blocks, res: Resources, ui: Controls, tabs: gr.Tabs, tab_block
     return gate
 
 
-UNCHANGED = {"__type__": "update"}  # gr.update() / gr.skip(): the output keeps what it shows
-
-
 def skip_unchanged(demo: gr.Blocks, fns) -> None:
-    """Postprocess `fns`' outputs without their unchanged ones (gr.update() with no props, gr.skip()).
-
-    Gradio 6.31 treats one like any prop update: it builds a new component and that session's config
-    for it (its API schema through pydantic), 0.1-3 ms each. A tour step returns ~80 of them (every
-    other tab's inputs and outputs) and that was most of a Next click's ~45 ms: 100 visitors stepping
-    at once waited seconds on the event loop (bench/room.py). The page gets the same message: an
-    unchanged output is sent as {"__type__": "update"}, which it skips."""
-    own, ids = demo.postprocess_data, {id(fn) for fn in fns}
-
-    async def postprocess_data(block_fn, predictions, state):
-        if id(block_fn) not in ids or not isinstance(predictions, (list, tuple)) or len(block_fn.outputs) < 2:
-            return await own(block_fn, predictions, state)
-        demo.validate_outputs(block_fn, predictions)  # a wrong count is said as Gradio says it
-        keep = [i for i, p in enumerate(predictions) if p != UNCHANGED]
-        if len(keep) == len(predictions):
-            return await own(block_fn, predictions, state)
-        out = [dict(UNCHANGED) for _ in predictions]
-        if keep:
-            view = copy.copy(block_fn)  # the same event with the changed outputs alone
-            view.outputs = [block_fn.outputs[i] for i in keep]
-            done = await own(view, [predictions[i] for i in keep] if len(keep) > 1 else predictions[keep[0]], state)
-            for i, value in zip(keep, done):
-                out[i] = value
-        return out
-
-    demo.postprocess_data = postprocess_data
+    """Postprocess `fns`' outputs without their unchanged ones (gr.update() with no props, gr.skip()):
+    the Gradio seam's skip_unchanged_postprocess, which says why (a tour step returns ~80 of them)."""
+    skip_unchanged_postprocess(demo, fns)
 
 
 # Copy the link (query string from the server) as a full address, and show it.

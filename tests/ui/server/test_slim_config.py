@@ -17,7 +17,8 @@ import gradio as gr
 import pytest
 from gradio.state_holder import SessionState
 
-from picaso_core.ui.server.page_config import PageCache, share_session_configs
+from picaso_core.ui.server.gradio_compat import shared_session_config
+from picaso_core.ui.server.page_config import PageCache
 
 FRONTEND = Path(gr.__file__).parent / "templates" / "frontend" / "assets"
 
@@ -167,8 +168,8 @@ def test_a_new_session_starts_from_the_configs_gradio_builds_and_keeps_its_own_v
     gradio_own = SessionState(demo)
     built = {k: demo.default_config.config_for_block(k, [], v) for k, v in demo.default_config.blocks.items()
              if k in demo.blocks}
-    share_session_configs()
-    share_session_configs()  # idempotent: a second call changes nothing
+    shared_session_config()
+    shared_session_config()  # idempotent: a second call changes nothing
     first, second, third = SessionState(demo), SessionState(demo), SessionState(demo)
     for state in (first, second, third):
         assert set(vars(state)) == set(vars(gradio_own)) == {"blocks_config", "config_values", "state_data",
