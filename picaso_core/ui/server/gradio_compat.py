@@ -23,10 +23,10 @@ import time
 import weakref
 from importlib import metadata
 
-import gradio as gr
-from gradio import networking, route_utils
-from gradio.state_holder import SessionState
 from packaging.version import InvalidVersion, Version
+
+# Gradio's internals are imported inside each patch, not here: the version check above them must give
+# its one line even where another Gradio lacks one of the modules the patches replace names in.
 
 TESTED = ("6.31", "6.32")  # Gradio versions the app is tested on: from TESTED[0] (inclusive) to below TESTED[1]
 REQUIREMENT = f"gradio>={TESTED[0]},<{TESTED[1]}"  # as requirements.txt and pyproject.toml pin it
@@ -88,6 +88,8 @@ def say_busy_on_push(queue, load, size: int | None) -> None:
 def _fn(queue, body):
     """The event a join names, or None (Gradio's push answers for a join it cannot place)."""
     try:
+        from gradio import route_utils  # Gradio's internals: on first use (see the imports)
+
         return route_utils.get_fn(queue.blocks, None, body)
     except Exception:  # noqa: BLE001  (an unknown event: push's own error)
         return None
@@ -142,6 +144,8 @@ def patient_localhost_check(limit_s: float) -> None:
                 return False
             time.sleep(0.5)
 
+    from gradio import networking  # launch() reads networking.url_ok when it runs
+
     networking.url_ok = url_ok
 
 
@@ -164,6 +168,8 @@ def shared_session_config() -> None:
     `_update_value_in_config`, the one change Gradio makes to an entry in place, copies it first
     (`_update_config` and `__setitem__` put in a new entry), so one session's values never reach
     another's. Idempotent."""
+    from gradio.state_holder import SessionState  # Gradio's internals: on first use (see the imports)
+
     if getattr(SessionState, "_picaso_shared", False):
         return
     own_update = SessionState._update_value_in_config
@@ -237,6 +243,8 @@ def check_input_count(check) -> None:
     naming its components (`[<gradio.components.textbox.Textbox object at 0x...>, ...]`), printed
     with a traceback, and ignores extra values; `check` (errors.check_input_count) answers both in
     one line that names the endpoint and the count it takes (tests/ui/hostile/test_hostile_inputs.py)."""
+    import gradio as gr  # on first use (see the imports)
+
     own = getattr(gr.Blocks.validate_inputs, "gradio_own", gr.Blocks.validate_inputs)
 
     def validate_inputs(blocks, block_fn, inputs):
