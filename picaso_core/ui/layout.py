@@ -12,6 +12,7 @@ import gradio as gr
 import plotly.io as pio
 
 from picaso_core.session import Resources
+from picaso_core.ui.server.gradio_compat import run_after
 from picaso_core.ui.server.serving import LIGHT, POOL
 
 
@@ -47,7 +48,7 @@ def defer_loads(demo: gr.Blocks, after) -> int:
         if [event for _, event in fn.targets] != ["load"] or fn._id == root:
             continue
         if fn.concurrency_id == POOL or any(isinstance(o, gr.Plot) for o in fn.outputs):
-            fn.targets, fn.trigger_after, fn.trigger_only_on_success = [], gate, False  # what .then() makes
+            run_after(fn, gate)  # what .then() makes (the Gradio seam)
             moved += 1
     return moved
 

@@ -254,3 +254,26 @@ def check_input_count(check) -> None:
     validate_inputs.gradio_own = own
     validate_inputs.check = check
     gr.Blocks.validate_inputs = validate_inputs
+
+
+# ---- a registered event's fields -------------------------------------------------------------------
+def run_after(block_fn, gate: int) -> None:
+    """Make a registered event start when event `gate` has finished, instead of on its own trigger:
+    the three fields `.then()` sets on the BlockFunction it registers (targets, trigger_after,
+    trigger_only_on_success), set on one registered already.
+
+    Why: Gradio sends every page-load event at once, so a `?step=N` or copied link's figure waited
+    for ~800 kB of other tabs' results and for their model work; chained after the link's own gate
+    the link is the page's first and only work (ui/layout.defer_loads; docs/tour.md, "Link timings":
+    a link's figure in 1.5-1.7 s, under its 2 s bound)."""
+    block_fn.targets, block_fn.trigger_after, block_fn.trigger_only_on_success = [], gate, False
+
+
+def wrap_handler(block_fn, wrap) -> None:
+    """Replace a registered event's function with `wrap(fn)` (BlockFunction.fn, which Gradio reads
+    each time the event runs).
+
+    Why: a served job's time limit (ui/server/jobs.limit_jobs) must wrap every model-bound handler
+    after all events are registered, whichever tab registered it; a job past its limit stops at the
+    engine's next safe point and answers in one line (docs/serving.md, "A time limit per job")."""
+    block_fn.fn = wrap(block_fn.fn)

@@ -23,6 +23,7 @@ import gradio as gr
 
 from picaso_core.light import deadline
 from picaso_core.light.deadline import JobTimeout
+from picaso_core.ui.server.gradio_compat import wrap_handler
 from picaso_core.ui.server.time_limits import DEFAULT_LIMITS, time_limits
 
 log = logging.getLogger("picaso_explorer")
@@ -53,7 +54,7 @@ def limit_jobs(demo, limits: dict[str, float | None] | None = None, pool: str = 
         name = limit_name(block_fn)
         seconds = limits.get(name, limits.get("default"))
         if seconds:
-            block_fn.fn = limited(block_fn.fn, block_fn.api_name or name, seconds)
+            wrap_handler(block_fn, lambda fn: limited(fn, block_fn.api_name or name, seconds))  # the Gradio seam
         done[block_fn.api_name or name] = seconds
     return done
 

@@ -260,9 +260,14 @@ def gradio_method_names() -> set[str]:
     return names
 
 
+EVENT_FIELDS = {"targets", "trigger_after", "trigger_only_on_success", "fn"}  # a BlockFunction's: when and what runs
+
+
 def violations(source: str, where: str, methods: set[str]) -> list[str]:
     """Assignments in `source` to an attribute of a name imported from gradio, or to an attribute
-    named as one of Gradio's methods (`methods`) on any object; setattr(...) with such a name too."""
+    named as one of Gradio's methods (`methods`) or a registered event's fields (EVENT_FIELDS) on any
+    object; setattr(...) with such a name too."""
+    methods = set(methods) | EVENT_FIELDS
     tree = ast.parse(source)
     from_gradio = set()
     for node in ast.walk(tree):
@@ -329,6 +334,8 @@ def test_no_module_but_the_seam_assigns_to_anything_of_gradios():
     "networking.url_ok = fn",
     "SessionState.anything = 1",  # anything on a name imported from gradio
     "setattr(q, 'process_events', fn)",
+    "block_fn.fn = wrapped",  # a registered event's fields
+    "fn.targets, fn.trigger_after = [], gate",
     "a, demo.render = 1, fn",
     "class Mine(gr.Blocks):\n    def __init__(self):\n        self.launch = None",  # a Gradio subclass's self
 ])
@@ -358,3 +365,34 @@ def test_the_version_check_answers_without_gradios_internals():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().startswith("gradio 7.0.0 is installed") and r.stdout.count("\n") == 1
+
+
+def test_run_after_sets_what_then_makes():
+    """run_after's fields are the ones `.then()` gives the event it registers (trigger_after, on success
+    or not; no trigger of its own: run_after leaves targets empty, as measured in docs/tour.md), and
+    Gradio still sends them to the page as the chain (the config's dependencies)."""
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        first = demo.load(lambda: "a", None, box)
+        then = first.then(lambda: "b", None, box)
+        late = demo.load(lambda: "c", None, box)
+    made = demo.fns[then["id"]]  # Gradio 6.31: targets [(None, "then")], no trigger of its own
+    assert [e for _, e in made.targets if e != "then"] == []
+    assert (made.trigger_after, made.trigger_only_on_success) == (first["id"], False)
+    gradio_compat.run_after(demo.fns[late["id"]], first["id"])
+    moved = demo.fns[late["id"]]
+    assert (moved.targets, moved.trigger_after, moved.trigger_only_on_success) == ([], first["id"], False)
+    deps = {d["id"]: d for d in demo.get_config_file()["dependencies"]}
+    assert deps[late["id"]]["trigger_after"] == first["id"] and deps[late["id"]]["targets"] == []
+
+
+def test_wrap_handler_replaces_the_function_gradio_calls():
+    """Gradio calls `block_fn.fn` when an event runs (Blocks.call_function reads it): a wrapped one runs."""
+    assert "block_fn.fn" in inspect.getsource(gr.Blocks.call_function)
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        ev = box.submit(lambda x: x + "!", box, box)
+    fn = demo.fns[ev["id"]]
+    gradio_compat.wrap_handler(fn, lambda f: (lambda x: f(x).upper()))
+    out = asyncio.run(demo.call_function(fn, ["hi"]))
+    assert out["prediction"] == "HI!"
