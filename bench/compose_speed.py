@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import interleaved, limits, medians, ms, parse, parser, seconds, table, write_json  # noqa: E402
 
 from picaso_core import ModelConfig  # noqa: E402
+from picaso_core.compose.registry import label  # noqa: E402
 from picaso_core.light.defaults import count  # noqa: E402
 
-STATE_METHODS = {"soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S", "picaso_r": "PICASO-R"}
+STATE_METHODS = {m: label(m) for m in ("soup", "caso", "picaso_s", "picaso_r")}
 
 
 def main() -> None:

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from picaso_core.compose.registry import label  # noqa: E402  (the methods' one home; torch-free)
 PAGE = ROOT / "docs" / "fidelity.md"
 FILES = {
     "bench": "assets/benchmarks_summary.json",
@@ -54,8 +57,7 @@ PICASO_TABLE1 = {            # table 1: Naive, Concat, Soup, CASO, PICASO-R, PIC
 }
 PICASO_TABLE4 = {"LOI": 0.699, "LOO Concat": 0.690, "LOO Soup": 0.629, "LOO CASO": 0.725,
                  "LOO PICASO-R": 0.732, "LOO PICASO-S": 0.731}
-NAMES = {"none": "Naive", "concat": "Concat", "soup": "Soup", "caso": "CASO", "picaso_r": "PICASO-R",
-         "picaso_s": "PICASO-S", "picconcat_r": "PICConcat-R"}
+NAMES = {m: label(m, "paper") for m in ("none", "concat", "soup", "caso", "picaso_r", "picaso_s", "picconcat_r")}
 
 # COFFEE (Zattra et al.), tables 1-7: accuracy (">= 0.99" stands for the printed "0.99+") and the
 # learning rate each row was trained with.

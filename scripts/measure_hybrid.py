@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from picaso_core.light.defaults import count  # noqa: E402  (light: no torch before the arguments are read)
 
-ABLATION = "picaso_r_no_attn"
-NAMES = {"none": "None", "concat": "Concat", "soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S",
-         "picaso_r": "PICASO-R", "picconcat_r": "PICConcat-R", ABLATION: "PICASO-R, attention dropped"}
+from picaso_core.compose.registry import ABLATION, colour, label  # noqa: E402  (the methods' one home; torch-free)
+
+NAMES = {m: label(m, "short") for m in ("none", "concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r", ABLATION)}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -154,15 +154,14 @@ def figure(runs, sums, ks):
     fig = go.Figure()
     # one colour per method on both models (solid: the pure model, dashed: the hybrid); the ablation is
     # PICASO-R's colour, dotted, so that the gap to PICASO-R is what the attention layers carry
-    colour = {"none": "#6b7280", "concat": "#dc2626", "caso": "#f59e0b", "picaso_r": "#16a34a",
-              "picconcat_r": "#7c3aed", ABLATION: "#16a34a"}
+    colours = {m: colour(m) for m in NAMES} | {ABLATION: colour("picaso_r")}
     for run, s in zip(runs, sums):
         for m in ("none", "concat", "caso", "picaso_r", "picconcat_r", ABLATION):
             if m in s["loss"]:
                 xs = [k for k in ks if k in s["loss"][m]]
                 dash = "dot" if m == ABLATION else "dash" if run["hybrid"] else "solid"
                 fig.add_trace(go.Scatter(x=xs, y=[s["loss"][m][k] for k in xs], mode="lines+markers",
-                                         name=f"{run['model']}: {NAMES[m]}", line=dict(dash=dash, color=colour[m],
+                                         name=f"{run['model']}: {NAMES[m]}", line=dict(dash=dash, color=colours[m],
                                                                                        width=2.5),
                                          marker=dict(symbol="circle" if not run["hybrid"] else "diamond", size=8)))
     fig.update_layout(title="Loss vs number of contexts k: demo (solid) and demo-hybrid (dashed)",

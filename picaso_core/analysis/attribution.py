@@ -32,14 +32,17 @@ from torch import Tensor
 
 from picaso_core.compose import compose, composition_weights, mean_of_rotations
 from picaso_core.compose.attention import comparable_shapes
+from picaso_core.compose.registry import REGISTRY
 from picaso_core.engine.losses import token_nll as engine_token_nll
 from picaso_core.engine.state import ContextState
 
-STATE_METHODS = ("soup", "caso", "picaso_s", "picaso_r")  # composed from the stored states
-TOKEN_METHODS = ("concat", "picconcat_r")  # re-process the kept contexts' tokens per subset
-LOO_METHODS = ("concat", "soup", "caso", "picaso_s", "picaso_r", "picconcat_r")
-NAMES = {"loi": "LOI", "concat": "Concat", "soup": "Soup", "caso": "CASO", "picaso_s": "PICASO-S",
-         "picaso_r": "PICASO-R", "picconcat_r": "PICConcat-R", "surrogate": "Surrogate"}
+# the paper's six methods (compose/registry.py): its state methods are composed from the stored states,
+# its token methods re-process the kept contexts' tokens per subset
+_PAPER = [m for m in REGISTRY if m.cached]
+STATE_METHODS = tuple(m.name for m in _PAPER if m.kind == "state")
+TOKEN_METHODS = tuple(m.name for m in _PAPER if m.kind == "tokens")
+LOO_METHODS = tuple(m.name for m in _PAPER)
+NAMES = {"loi": "LOI", **{m.name: m.label for m in _PAPER}, "surrogate": "Surrogate"}
 # Table 4 of the paper: precision on MS MARCO with Mamba2-2.7B (LOO with each composition method).
 PAPER_TABLE4 = {"loi": 0.699, "concat": 0.690, "soup": 0.629, "caso": 0.725, "picaso_r": 0.732, "picaso_s": 0.731}
 

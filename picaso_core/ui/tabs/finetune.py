@@ -25,6 +25,7 @@ import pandas as pd
 
 from picaso_core.analysis import summaries as S
 from picaso_core.analysis import sweep
+from picaso_core.compose.registry import labels
 from picaso_core.data import load_corpus
 from picaso_core.light.deadline import JobTimeout, check
 from picaso_core.finetune import train as FT
@@ -79,8 +80,7 @@ def intro(report: dict | None) -> str:
 
 
 def table1_frame(report: dict | None) -> pd.DataFrame:
-    cols = ["Model", "Naive", "Concat", "Soup", "CASO", "PICASO-R", "PICASO-S",
-            "Paper row (Mamba2-2.7B, MS MARCO; Naive ... PICASO-S)"]
+    cols = ["Model", *labels(TABLE1_METHODS, style="paper"), "Paper row (Mamba2-2.7B, MS MARCO; Naive ... PICASO-S)"]
     if not report:
         return pd.DataFrame(columns=cols)
     rows = []
