@@ -50,7 +50,7 @@ def graft(base, hybrid) -> list[str]:
         vocab = hybrid.embedding.weight.shape[0]
         hybrid.embedding.weight.copy_(base.backbone.embedding.weight[:vocab])
         hybrid.lm_head.weight.copy_(base.lm_head.weight[:vocab])
-        getattr(hybrid.model, hybrid._norm_f).weight.copy_(base.backbone.norm_f.weight)
+        hybrid.final_norm.weight.copy_(base.final_norm.weight)
         for dst, src in zip(mambas, base.backbone.layers):
             dst.norm.load_state_dict(src.norm.state_dict())
             dst.mixer.load_state_dict(src.mixer.state_dict())

@@ -68,6 +68,7 @@ def hybrid_config(vocab_size: int, eos_id: int) -> dict:
         "mamba_num_heads": 16, "mamba_head_dim": 32, "ssm_state_size": 64, "n_groups": 1, "conv_kernel": 4,
         "expand": 2, "chunk_size": 64, "use_conv_bias": True, "use_bias": False, "mamba_proj_bias": False,
         "mamba_hidden_act": "silu", "time_step_min": 0.001, "time_step_max": 0.1, "time_step_floor": 1e-4,
+        "time_step_limit": [0.001, float("inf")],  # the engine's clamp, stated: transformers' default is (0, inf)
         "residual_in_fp32": False, "rescale_prenorm_residual": True, "use_cache": True,
     }
 

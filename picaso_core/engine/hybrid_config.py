@@ -184,6 +184,8 @@ def _common(d: dict, **kw) -> dict:
 
 
 def _nemotron_h(cls, d: dict) -> HybridConfig:
+    # softplus(dt)'s clamp: the config's time_step_limit where it says one (transformers' NemotronH reads it
+    # since 5.2x, its default (0, inf)); else below at time_step_min, as the mixer's own clamp was before
     kinds = ("mamba", "attention", "mlp", "moe")
     if d.get("hybrid_override_pattern"):
         types = _kinds(list(d["hybrid_override_pattern"]), "hybrid_override_pattern", kinds)
@@ -194,7 +196,7 @@ def _nemotron_h(cls, d: dict) -> HybridConfig:
                     d_conv=d.get("conv_kernel", d.get("mamba_d_conv", 4)),
                     headdim=d.get("mamba_head_dim", 64), ngroups=g, chunk_size=d.get("chunk_size", 128),
                     conv_bias=d.get("use_conv_bias", True), bias=d.get("use_bias", False),
-                    dt_limit=(_json_float(d.get("time_step_min", 0.001)), float("inf")))  # the mixer's own clamp
+                    dt_limit=_limit(d, (_json_float(d.get("time_step_min", 0.001)), float("inf"))))
     hd = d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]
     moe = {k: d[k] for k in ("n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "moe_latent_size",
                              "moe_shared_expert_intermediate_size") if k in d}

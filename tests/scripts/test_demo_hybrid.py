@@ -117,7 +117,8 @@ def test_the_graft_computes_the_demo_models_function_exactly(train_demo):
     base = load_model("demo")
     tok = base.tokenizer
     hybrid = HybridLanguageModel(HybridConfig.from_transformers(
-        {**train_demo.hybrid_config(tok.vocab_size, tok.eos_id), "time_step_min": 0.0})).eval()
+        {**train_demo.hybrid_config(tok.vocab_size, tok.eos_id), "time_step_min": 0.0,
+         "time_step_limit": [0.0, float("inf")]})).eval()  # the demo model's clamp (none)
     zeroed = graft.graft(base, hybrid)
     assert len(zeroed) == 5  # the attention block's o_proj and four MLPs' down_proj
     ids = torch.tensor([tok.encode("Sifenyl is one of the older cities of the eastern province.")])
