@@ -161,13 +161,37 @@ class Layout:
         return f"{self.name} hybrid: " + " + ".join(parts) + " layers"
 
 
+def _stacked_parts(config, layers) -> dict[str, tuple[int, ...]]:
+    """One context's state shapes, as the kinds declare their parts (kind.part) stacked over their
+    layers; checked against the config's own account (config.state_shapes()), which also names the
+    parts a family declares but no layer of this checkpoint holds (a hybrid without attention: keys
+    of 0 layers)."""
+    parts: dict[str, list[tuple[int, ...]]] = {}
+    for kinds in layers:
+        for k in kinds:
+            for name, shape in KINDS[k].part(config).items():
+                parts.setdefault(name, []).append(tuple(shape))
+    declared = config.state_shapes()
+    shapes = {}
+    for name, per_layer in parts.items():
+        if len(set(per_layer)) != 1:
+            raise ValueError(f"{config.family}: the layers holding {name!r} disagree on its shape: {sorted(set(per_layer))}")
+        shapes[name] = (len(per_layer), *per_layer[0])
+    for name, shape in declared.items():
+        if name not in shapes and shape[0] == 0:
+            shapes[name] = tuple(shape)
+    if shapes != dict(declared):
+        raise ValueError(f"{config.family}: the layer kinds' state parts {shapes} are not the config's {dict(declared)}")
+    return {name: shapes[name] for name in declared}
+
+
 def layout_of(config) -> Layout:
     """The Layout of a config (ModelConfig or HybridConfig)."""
     fam = FAMILIES.get(config.family)
     if fam is None:
         raise ValueError(f"no layout for family {config.family!r}; the engine reads {', '.join(FAMILIES)}")
     layers = tuple(tuple(k for _, mods in blocks for _, k in mods) for blocks in sub_blocks(config))
-    shapes = config.state_shapes()
+    shapes = _stacked_parts(config, layers)
     fixed = {k: v for k, v in shapes.items() if k not in STATE_PARTS["kv"]}
     theta = getattr(config, "rope_theta", None)
     rope = None if theta is None else (float(theta), int(config.rotary_dim))

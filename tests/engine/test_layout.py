@@ -140,3 +140,28 @@ def test_a_kind_added_to_the_registry_runs_without_touching_the_model():
     assert len(calls) == 4 and torch.equal(before, after)
     calls.clear()
     assert math.isfinite(float(m.step(torch.tensor([3]))[0].sum())) and len(calls) == 4
+
+
+def test_the_state_is_the_kinds_parts_stacked_over_their_layers(monkeypatch):
+    """Each kind declares its part of a state for one layer (kind.part); the layout stacks them and
+    checks the sum against the config's own shapes: a kind that declared another shape is refused."""
+    import transformers
+
+    from picaso_core.engine.hybrid_config import HybridConfig
+
+    hyb = granite_rope_hybrid()
+    one = KINDS["attention"].part(hyb.config)
+    assert one == {"keys": (2, VARIABLE, 16), "values": (2, VARIABLE, 16)}
+    assert hyb.layout.shapes()["keys"] == (2, *one["keys"])  # two attention layers
+    # a Nemotron-H without attention layers: its keys are declared for 0 layers, none held
+    cfg = HybridConfig.from_transformers(transformers.NemotronHConfig(
+        vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, hybrid_override_pattern="M-M-",
+        head_dim=8, intermediate_size=48, mamba_num_heads=4, mamba_head_dim=8, n_groups=1, ssm_state_size=8,
+        chunk_size=8).to_dict())
+    lay = layout_of(cfg)
+    assert not lay.has_attention and lay.shapes()["keys"][0] == 0 and lay.shapes() == cfg.state_shapes()
+    # a kind whose declared part disagrees with the config is refused, naming both
+    wrong = dataclasses.replace(KINDS["attention"], part=lambda c: {"keys": (3, VARIABLE, 16), "values": (3, VARIABLE, 16)})
+    monkeypatch.setitem(KINDS, "attention", wrong)
+    with pytest.raises(ValueError, match="the layer kinds' state parts .* are not the config's"):
+        layout_of(hyb.config)

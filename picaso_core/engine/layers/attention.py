@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from picaso_core.engine.layers.kind import LayerKind
-from picaso_core.engine.state import ContextState
+from picaso_core.engine.state import VARIABLE, ContextState
 
 
 def rope(x: Tensor, pos: Tensor, theta: float, dim: int) -> Tensor:
@@ -150,5 +150,10 @@ def _step(mods, x: Tensor, run) -> Tensor:
     return mods[0].step(x, run.cache, a)
 
 
+def _part(cfg) -> dict[str, tuple[int, ...]]:
+    kv = (cfg.n_kv_heads, VARIABLE, cfg.head_dim)  # the positions read: VARIABLE, they grow with the tokens
+    return {"keys": kv, "values": kv}
+
+
 KIND = LayerKind("attention", "attention", "kv", _build, _chunk, _step,
-                 {"nemotron_h": "mixer", "granitemoehybrid": "self_attn", "bamba": "self_attn"})
+                 {"nemotron_h": "mixer", "granitemoehybrid": "self_attn", "bamba": "self_attn"}, _part)

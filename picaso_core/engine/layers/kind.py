@@ -5,6 +5,8 @@ A kind is one module under engine/layers/ that defines its nn.Module classes and
     state            the part of a ContextState it holds: "ssm" (ssm, conv, log_decay stacked over the
                      SSM layers), "kv" (keys, values stacked over the attention layers) or None
     build(cfg)       its module for a config (a family's config: ModelConfig or HybridConfig)
+    part(cfg)        its part of one context's state: tensor name -> shape for ONE layer of this kind
+                     ({} for a kind with no state); the Layout stacks them over the kind's layers
     chunk(mods, x, run) -> out   forward over a chunk [b, t, D] from its part of `run` (a ChunkRun),
                      appending its new part there
     step(mods, x, run) -> out    one token [b, D]; its part of `run` (a StepRun) updated in place
@@ -34,6 +36,7 @@ class LayerKind:
     chunk: Callable
     step: Callable
     weights: Mapping[str, str] = field(default_factory=dict)
+    part: Callable = lambda cfg: {}  # noqa: E731 (a kind with no state holds no part)
 
 
 class ChunkRun:

@@ -93,5 +93,11 @@ def _step(mods, x: Tensor, run) -> Tensor:
     return mods[0].step(x, run.conv[:, i], run.ssm[:, i], run.log_decay[:, i])
 
 
+def _part(cfg) -> dict[str, tuple[int, ...]]:
+    m = cfg.mixer_config()
+    E, s = m.d_inner, m.ssm_cfg
+    return {"ssm": (E, s.d_state), "conv": (m.conv_dim, s.d_conv - 1), "log_decay": (E, s.d_state)}
+
+
 KIND = LayerKind("mamba1", "Mamba", "ssm", lambda cfg: Mamba1Mixer(cfg.mixer_config()), _chunk, _step,
-                 {"Mamba1": "mixer"})
+                 {"Mamba1": "mixer"}, _part)

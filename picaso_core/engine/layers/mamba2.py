@@ -107,5 +107,11 @@ def _step(mods, x: Tensor, run) -> Tensor:
     return mods[0].step(x, run.conv[:, i], run.ssm[:, i], run.log_decay[:, i])
 
 
+def _part(cfg) -> dict[str, tuple[int, ...]]:
+    m = cfg.mixer_config()
+    s = m.ssm_cfg
+    return {"ssm": (m.nheads, s.headdim, s.d_state), "conv": (m.conv_dim, s.d_conv - 1), "log_decay": (m.nheads, 1, 1)}
+
+
 KIND = LayerKind("mamba2", "Mamba-2", "ssm", _build, _chunk, _step,
-                 {"Mamba2": "mixer", "nemotron_h": "mixer", "granitemoehybrid": "mamba", "bamba": "mamba"})
+                 {"Mamba2": "mixer", "nemotron_h": "mixer", "granitemoehybrid": "mamba", "bamba": "mamba"}, _part)
