@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 from picaso_core.engine.hybrid_config import HybridConfig
@@ -100,43 +101,43 @@ class Layout:
     state_bytes: int
     bytes_per_token: int
 
-    @property
+    @cached_property  # the fields are frozen: asked on every forward and step, computed once
     def state_layers(self) -> tuple[tuple[int, str], ...]:
         return tuple((i, k) for i, kinds in enumerate(self.layers) for k in kinds if KINDS[k].state)
 
     def _layers_holding(self, part: str) -> tuple[int, ...]:
         return tuple(i for i, k in self.state_layers if KINDS[k].state == part)
 
-    @property
+    @cached_property
     def ssm_layers(self) -> tuple[int, ...]:
         return self._layers_holding("ssm")
 
-    @property
+    @cached_property
     def attention_layers(self) -> tuple[int, ...]:
         return self._layers_holding("kv")
 
-    @property
+    @cached_property
     def ssm_kind(self) -> str | None:
         """The kind of the SSM layers ("mamba1" | "mamba2"; None without any)."""
         return next((k for _, k in self.state_layers if KINDS[k].state == "ssm"), None)
 
-    @property
+    @cached_property
     def n_state_layers(self) -> int:
         """The layers a state's SSM part stacks (state.ssm's layer axis): a tab's layer slider's size."""
         return len(self.ssm_layers)
 
-    @property
+    @cached_property
     def has_attention(self) -> bool:
         """Whether a state holds attention keys and values (they grow with the tokens read)."""
         return bool(self.attention_layers)
 
-    @property
+    @cached_property
     def pure_ssm(self) -> bool:
         """Whether every layer is one SSM mixer and nothing else (a view that walks every layer as a
         Mamba block needs this)."""
         return all(len(kinds) == 1 and KINDS[kinds[0]].state == "ssm" for kinds in self.layers)
 
-    @property
+    @cached_property
     def parts(self) -> tuple[str, ...]:
         """The tensors of a state: ssm, conv, log_decay (+ keys, values with attention layers)."""
         return tuple(n for n, _ in self.state_shapes)
