@@ -44,7 +44,7 @@ All of it is torch ops, differentiable with respect to the states, the log-decay
 A hybrid model's states (attention layers beside the Mamba layers) compose their SSM part as above,
 stacked over the SSM layers; each attention layer's keys and values are the contexts' own, joined
 along the positions in presentation order, re-rotated to their offsets in the joined sequence under
-RoPE (`compose_attention`; the math, and what is exact, in docs/hybrid.md "Composition").
+RoPE (`compose/attention.py`; the math, and what is exact, in docs/hybrid.md "Composition").
 attention="drop" is the ablation without them. A pure model's composition is unchanged.
 """
 
