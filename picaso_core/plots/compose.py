@@ -19,7 +19,10 @@ import plotly.io as pio
 
 TEMPLATE = "plotly_white"
 GAP = 0.1  # horizontal space between the two panels, a fraction of the width
-COMPOSE_COLOR, PROCESS_COLOR = "#0f766e", "#cbd5e1"
+# time to compose: each method's own colour (compose/registry.py), as in the loss panel; time to process:
+# one light grey, hatched, so that no bar of the time panel reads as another method (the compose bars
+# were one teal, CASO's colour since the registry)
+PROCESS_COLOR, PROCESS_PATTERN = "#cbd5e1", "/"
 
 
 @functools.cache
@@ -56,9 +59,11 @@ def method_figure(labels: Sequence[str], colors: Sequence[str], losses: Sequence
         if finite:
             lo, hi = min(finite), max(finite)
             yaxis["range"] = [max(0.0, lo - 0.25 * (hi - lo + 1e-3)), hi + 0.15 * (hi - lo + 1e-3)]
-    for name, values, color in (("compose", compose_ms, COMPOSE_COLOR), ("process", process_ms, PROCESS_COLOR)):
+    for name, values, marker in (("compose", compose_ms, dict(color=list(colors))),
+                                 ("process", process_ms, dict(color=PROCESS_COLOR,
+                                                              pattern=dict(shape=PROCESS_PATTERN, fgcolor="#64748b")))):
         data.append(dict(type="bar", x=list(labels), y=[float(v) if v else None for v in values],
-                         name=f"time to {name}", marker=dict(color=color), xaxis="x2", yaxis="y2"))
+                         name=f"time to {name}", marker=marker, xaxis="x2", yaxis="y2"))
     layout = dict(
         template=_template(),
         xaxis=dict(anchor="y", domain=[0.0, half]), yaxis=yaxis,

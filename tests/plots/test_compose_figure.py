@@ -28,8 +28,9 @@ def reference(losses):
                     text=[f"{v:.3f}" for v in losses], textposition="outside", row=1, col=1)
         lo, hi = min(losses), max(losses)
         fig.update_yaxes(range=[max(0.0, lo - 0.25 * (hi - lo + 1e-3)), hi + 0.15 * (hi - lo + 1e-3)], row=1, col=1)
-    fig.add_bar(x=LABELS, y=[v or None for v in COMPOSE], name="time to compose", marker_color="#0f766e", row=1, col=2)
-    fig.add_bar(x=LABELS, y=[v or None for v in PROCESS], name="time to process", marker_color="#cbd5e1", row=1, col=2)
+    fig.add_bar(x=LABELS, y=[v or None for v in COMPOSE], name="time to compose", marker_color=COLORS, row=1, col=2)
+    fig.add_bar(x=LABELS, y=[v or None for v in PROCESS], name="time to process", marker_color="#cbd5e1",
+                marker_pattern_shape="/", marker_pattern_fgcolor="#64748b", row=1, col=2)
     fig.update_yaxes(type="log", dtick=1, row=1, col=2)
     fig.update_layout(barmode="group", height=400, margin=dict(l=40, r=20, t=80, b=40), template="plotly_white",
                       legend=dict(orientation="h", x=1, xanchor="right", y=-0.15))
@@ -63,3 +64,14 @@ def test_figure_is_valid_plotly():
     assert [t.type for t in validated.data] == ["bar", "bar", "bar"]
     assert validated.layout.yaxis2.type == "log"
     assert validated.data[1].y[0] is None  # a zero time has no bar on the log axis
+
+
+def test_no_time_bar_reads_as_another_method():
+    """The time panel's compose bars wear each method's own colour, and the process bars a hatched grey
+    that is no method's colour (compose/registry.py): a room never reads a time bar as another method."""
+    from picaso_core.compose.registry import REGISTRY
+
+    fast = method_figure(LABELS, COLORS, LOSSES, COMPOSE, PROCESS)
+    compose, process = fast.data[1], fast.data[2]
+    assert list(compose.marker.color) == COLORS
+    assert process.marker.color not in {m.colour for m in REGISTRY} and process.marker.pattern.shape
