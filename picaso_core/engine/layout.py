@@ -50,10 +50,9 @@ class Family:
     mamba_ssm: bool = False  # mamba_ssm's layout: its weight init, its residual add + RMSNorm fused on CUDA
 
 
-def _one(norm: str):
-    def blocks(cfg, k: str) -> list[SubBlock]:
-        return [(norm, ((KINDS[k].weights[cfg.family], k),))]
-    return blocks
+def _one(cfg, k: str) -> list[SubBlock]:
+    """One sub-block a layer: its norm ("norm"), then its mixer (mamba_ssm's Block, Nemotron-H's layer)."""
+    return [("norm", ((KINDS[k].weights[cfg.family], k),))]
 
 
 def _granite(cfg, k: str) -> list[SubBlock]:
@@ -67,9 +66,9 @@ def _bamba(cfg, k: str) -> list[SubBlock]:
 
 
 FAMILIES: dict[str, Family] = {f.key: f for f in (
-    Family("Mamba1", "Mamba", "backbone", "embedding", "norm_f", _one("norm"), mamba_ssm=True),
-    Family("Mamba2", "Mamba-2", "backbone", "embedding", "norm_f", _one("norm"), mamba_ssm=True),
-    Family("nemotron_h", "Nemotron-H", "model", "embeddings", "norm_f", _one("norm")),
+    Family("Mamba1", "Mamba", "backbone", "embedding", "norm_f", _one, mamba_ssm=True),
+    Family("Mamba2", "Mamba-2", "backbone", "embedding", "norm_f", _one, mamba_ssm=True),
+    Family("nemotron_h", "Nemotron-H", "model", "embeddings", "norm_f", _one),
     Family("granitemoehybrid", "Granite-4.0-H", "model", "embed_tokens", "norm", _granite),
     Family("bamba", "Bamba", "model", "embed_tokens", "final_layernorm", _bamba),
 )}

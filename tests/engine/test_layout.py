@@ -165,3 +165,14 @@ def test_the_state_is_the_kinds_parts_stacked_over_their_layers(monkeypatch):
     monkeypatch.setitem(KINDS, "attention", wrong)
     with pytest.raises(ValueError, match="the layer kinds' state parts .* are not the config's"):
         layout_of(hyb.config)
+
+
+def test_a_model_pickles_and_computes_the_same_after():
+    """torch.save(model) and multiprocessing pickle the model: its layout, its layers' plans and their
+    kinds hold module-level functions only (a closure or lambda there failed to pickle)."""
+    import pickle
+
+    for m in (tiny_model("Mamba2"), tiny_model("Mamba1"), granite_rope_hybrid()):
+        back = pickle.loads(pickle.dumps(m))
+        ids = torch.tensor([[3, 7, 11]])
+        assert back.layout == m.layout and torch.equal(back(ids)[0], m(ids)[0])

@@ -27,6 +27,11 @@ from torch import Tensor
 STATE_PARTS = {"ssm": ("ssm", "conv", "log_decay"), "kv": ("keys", "values")}
 
 
+def no_part(cfg) -> dict:
+    """A kind with no state holds no part of one (module-level, so a model pickles)."""
+    return {}
+
+
 @dataclass(frozen=True)
 class LayerKind:
     name: str
@@ -36,7 +41,7 @@ class LayerKind:
     chunk: Callable
     step: Callable
     weights: Mapping[str, str] = field(default_factory=dict)
-    part: Callable = lambda cfg: {}  # noqa: E731 (a kind with no state holds no part)
+    part: Callable = no_part
 
 
 class ChunkRun:

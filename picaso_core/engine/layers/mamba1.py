@@ -99,5 +99,9 @@ def _part(cfg) -> dict[str, tuple[int, ...]]:
     return {"ssm": (E, s.d_state), "conv": (m.conv_dim, s.d_conv - 1), "log_decay": (E, s.d_state)}
 
 
-KIND = LayerKind("mamba1", "Mamba", "ssm", lambda cfg: Mamba1Mixer(cfg.mixer_config()), _chunk, _step,
+def _build(cfg) -> Mamba1Mixer:
+    return Mamba1Mixer(cfg.mixer_config())
+
+
+KIND = LayerKind("mamba1", "Mamba", "ssm", _build, _chunk, _step,
                  {"Mamba1": "mixer"}, _part)

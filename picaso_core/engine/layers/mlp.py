@@ -16,8 +16,16 @@ from torch import Tensor
 
 from picaso_core.engine.layers.kind import LayerKind, stateless_chunk
 
-ACT = {"silu": F.silu, "relu": F.relu, "relu2": lambda x: F.relu(x).square(), "gelu": F.gelu,
-       "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh")}
+def relu2(x: Tensor) -> Tensor:
+    return F.relu(x).square()
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+# module-level functions, not lambdas: a module holding one (self.act) pickles, and so does its model
+ACT = {"silu": F.silu, "relu": F.relu, "relu2": relu2, "gelu": F.gelu, "gelu_pytorch_tanh": gelu_tanh}
 
 
 class UpDownMLP(nn.Module):
