@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+import torch
 from torch import Tensor
 
 STATE_PARTS = {"ssm": ("ssm", "conv", "log_decay"), "kv": ("keys", "values")}
@@ -57,8 +58,6 @@ class ChunkRun:
         self.keys: list[Tensor] = []
         self.values: list[Tensor] = []
         if kv is not None:
-            import torch  # noqa: PLC0415 (kv runs only: the tensor of lengths)
-
             self.keys_in, self.values_in, kv_lengths, self.total = kv
             self.kv_len = torch.tensor(kv_lengths, dtype=torch.long, device=ssm.device)
             self.aligned = all(n == self.keys_in.shape[-2] for n in kv_lengths)
@@ -80,3 +79,22 @@ def stateless_chunk(mods, x: Tensor, run) -> Tensor:
     for m in mods[1:]:
         out = out + m(x)
     return out
+
+
+def ssm_chunk(mods, x: Tensor, run: ChunkRun) -> Tensor:
+    """A Mamba mixer's chunk (kinds "mamba1", "mamba2"): its layer's slice of the SSM part in, its new
+    conv window, SSM state and log-decay appended (the decay in the state's per-layer shape: Mamba-2's
+    [b, H] as [b, H, 1, 1], Mamba-1's [b, E, N] as it is)."""
+    i = len(run.ssm)
+    out, conv, ssm, log_decay = mods[0](x, run.conv_in[:, i], run.ssm_in[:, i], run.lengths)
+    run.conv.append(conv)
+    run.ssm.append(ssm.to(conv.dtype))
+    run.decay.append(log_decay.view(x.shape[0], *run.log_decay_in.shape[2:]))
+    return out
+
+
+def ssm_step(mods, x: Tensor, run: StepRun) -> Tensor:
+    """A Mamba mixer's recurrent step: its layer's slice of the SSM buffers updated in place."""
+    i = run.i
+    run.i += 1
+    return mods[0].step(x, run.conv[:, i], run.ssm[:, i], run.log_decay[:, i])

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.layers.common import inv_softplus_dt
-from picaso_core.engine.layers.kind import LayerKind
+from picaso_core.engine.layers.kind import LayerKind, ssm_chunk, ssm_step
 from picaso_core.engine.observe import stage
 from picaso_core.engine.scan import causal_conv, conv_step, selective_scan, state_update, upcast
 
@@ -78,21 +78,6 @@ class Mamba1Mixer(nn.Module):
 
 
 # ---- the kind ---------------------------------------------------------------------------------
-def _chunk(mods, x: Tensor, run) -> Tensor:
-    i = len(run.ssm)
-    out, conv, ssm, log_decay = mods[0](x, run.conv_in[:, i], run.ssm_in[:, i], run.lengths)
-    run.conv.append(conv)
-    run.ssm.append(ssm.to(conv.dtype))
-    run.decay.append(log_decay)  # [b, E, N]: a decay per channel and state dimension
-    return out
-
-
-def _step(mods, x: Tensor, run) -> Tensor:
-    i = run.i
-    run.i += 1
-    return mods[0].step(x, run.conv[:, i], run.ssm[:, i], run.log_decay[:, i])
-
-
 def _part(cfg) -> dict[str, tuple[int, ...]]:
     m = cfg.mixer_config()
     E, s = m.d_inner, m.ssm_cfg
@@ -103,5 +88,5 @@ def _build(cfg) -> Mamba1Mixer:
     return Mamba1Mixer(cfg.mixer_config())
 
 
-KIND = LayerKind("mamba1", "Mamba", "ssm", _build, _chunk, _step,
+KIND = LayerKind("mamba1", "Mamba", "ssm", _build, ssm_chunk, ssm_step,
                  {"Mamba1": "mixer"}, _part)

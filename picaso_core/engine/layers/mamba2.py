@@ -13,7 +13,7 @@ from torch import Tensor
 from picaso_core.engine import kernels
 from picaso_core.engine.config import ModelConfig
 from picaso_core.engine.layers.common import GatedRMSNorm, inv_softplus_dt
-from picaso_core.engine.layers.kind import LayerKind
+from picaso_core.engine.layers.kind import LayerKind, ssm_chunk, ssm_step
 from picaso_core.engine.observe import stage
 from picaso_core.engine.scan import (causal_conv, conv_step, dt_softplus, ssd_scan, state_update, step_sizes, unlimited,
                                      upcast)
@@ -92,26 +92,11 @@ def _build(cfg) -> Mamba2Mixer:
     return Mamba2Mixer(cfg.mixer_config())  # a hybrid's: d_inner = heads x headdim, its RMS epsilon
 
 
-def _chunk(mods, x: Tensor, run) -> Tensor:
-    i = len(run.ssm)
-    out, conv, ssm, log_decay = mods[0](x, run.conv_in[:, i], run.ssm_in[:, i], run.lengths)
-    run.conv.append(conv)
-    run.ssm.append(ssm.to(conv.dtype))
-    run.decay.append(log_decay.view(x.shape[0], -1, 1, 1))
-    return out
-
-
-def _step(mods, x: Tensor, run) -> Tensor:
-    i = run.i
-    run.i += 1
-    return mods[0].step(x, run.conv[:, i], run.ssm[:, i], run.log_decay[:, i])
-
-
 def _part(cfg) -> dict[str, tuple[int, ...]]:
     m = cfg.mixer_config()
     s = m.ssm_cfg
     return {"ssm": (m.nheads, s.headdim, s.d_state), "conv": (m.conv_dim, s.d_conv - 1), "log_decay": (m.nheads, 1, 1)}
 
 
-KIND = LayerKind("mamba2", "Mamba-2", "ssm", _build, _chunk, _step,
+KIND = LayerKind("mamba2", "Mamba-2", "ssm", _build, ssm_chunk, ssm_step,
                  {"Mamba2": "mixer", "nemotron_h": "mixer", "granitemoehybrid": "mamba", "bamba": "mamba"}, _part)

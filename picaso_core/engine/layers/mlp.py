@@ -9,7 +9,6 @@ token alone, so a context's state never holds anything of them.
 
 from __future__ import annotations
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor

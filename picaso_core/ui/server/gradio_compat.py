@@ -22,8 +22,12 @@ import os
 import time
 import weakref
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
+
+if TYPE_CHECKING:  # annotations only
+    import gradio as gr
 
 # Gradio's internals are imported inside each patch, not here: the version check above them must give
 # its one line even where another Gradio lacks one of the modules the patches replace names in.
